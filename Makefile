@@ -1,0 +1,51 @@
+# Efficient Transformers, Hands-On
+#   make lab     create .venv, install the course, open JupyterLab on notebooks/
+#   make test    same set-up, then every test (unit, notebooks, nbval, browser)
+#   make report  execute every lesson at learner defaults into build/, with a summary page
+#
+# TORCH_SPEC chooses the torch requirement. The default is the normal release; CI on a
+# CPU-only machine passes TORCH_SPEC=torch==2.13.0 (a CPU wheel) to avoid a multi-GB CUDA
+# download. torch is installed in the same pip call as the course so pip cannot swap it.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PYTHONHASHSEED := 0
+
+.PHONY: lab test test-unit test-notebooks test-nbval test-browser report clean install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" -e ".[dev]"
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+test: $(STAMP)
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	$(BIN)/python -m course_lib.colab --check
+	$(BIN)/python -m course_lib.checkpoints --check
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
+	$(BIN)/python -m pytest -q tests -m notebooks
+	COURSE_SMOKE=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=300 -p no:randomly notebooks/
+	$(MAKE) test-browser
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m notebooks
+
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m browser
+
+report: $(STAMP)
+	$(BIN)/python -m course_lib.report --out build
+
+clean:
+	rm -rf build .pytest_cache

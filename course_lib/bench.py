@@ -1,0 +1,176 @@
+"""Timing and memory measurements done right.
+
+The rules (see e.g. PyTorch's ``torch.utils.benchmark`` docs): warm up first (allocator,
+kernel selection, caches), synchronize the device before reading the clock (CUDA launches are
+asynchronous), repeat and report the median with its spread, and compare alternatives
+interleaved in one run so that drift (thermal, other processes) hits all of them equally.
+
+Peak memory: on CUDA, ``torch.cuda.max_memory_allocated``. On the CPU there is no allocator
+counter, so ``peak_rss`` runs the work in a fresh Python subprocess and reads its peak
+resident set size (``resource.getrusage(...).ru_maxrss``) before and after the work.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    kind = torch.device(device).type if device is not None else None
+    if (kind in (None, "cuda")) and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]   # seconds, one per repeat
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range in seconds (0 with fewer than 4 samples... then max - min)."""
+        s = sorted(self.samples)
+        if len(s) < 4:
+            return s[-1] - s[0]
+        q = statistics.quantiles(s, n=4)
+        return q[2] - q[0]
+
+    def __str__(self) -> str:
+        return f"{self.median * 1e3:.2f} ms (IQR {self.spread * 1e3:.2f} ms, n={len(self.samples)})"
+
+
+def _check(warmup: int, repeats: int) -> None:
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+
+
+def time_fn(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 7,
+            device: torch.device | str | None = None) -> Timing:
+    """Median-of-repeats wall time of ``fn()``, with warm-up and device synchronization."""
+    _check(warmup, repeats)
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    return Timing(tuple(samples))
+
+
+def time_naive(fn: Callable[[], object]) -> float:
+    """How timing is often done, wrongly: one cold call, no warm-up, no synchronization."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: int = 7,
+            device: torch.device | str | None = None,
+            baseline: str | None = None) -> dict[str, dict]:
+    """Time several alternatives interleaved (A B C A B C ...) in one run.
+
+    Returns ``{name: {"timing": Timing, "speedup": baseline_median / median}}``; the baseline
+    is the first entry unless named.
+    """
+    if not fns:
+        raise ValueError("fns must hold at least one function")
+    _check(warmup, repeats)
+    baseline = baseline or next(iter(fns))
+    if baseline not in fns:
+        raise ValueError(f"baseline must be one of {list(fns)}, got {baseline!r}")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            samples[name].append(time.perf_counter() - t0)
+    timings = {k: Timing(tuple(v)) for k, v in samples.items()}
+    base = timings[baseline].median
+    return {k: {"timing": t, "speedup": base / t.median} for k, t in timings.items()}
+
+
+def tokens_per_second(n_tokens: int, seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    return n_tokens / seconds
+
+
+def cuda_peak_memory(fn: Callable[[], object], device: torch.device | str = "cuda") -> int:
+    """Peak bytes allocated by torch on a CUDA device while ``fn()`` runs (above the start)."""
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    fn()
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - start
+
+
+_CHILD = r"""
+import importlib, json, resource, sys
+spec = json.loads(sys.argv[1])
+mod, _, name = spec["target"].partition(":")
+fn = getattr(importlib.import_module(mod), name)
+setup = fn(**spec["kwargs"], prepare=True) if spec["prepare"] else None
+def rss():
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r if sys.platform == "darwin" else r * 1024
+before = rss()
+fn(**spec["kwargs"]) if setup is None else setup()
+print(json.dumps({"before": before, "after": rss()}))
+"""
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    baseline_bytes: int   # peak RSS after imports and set-up
+    peak_bytes: int       # peak RSS after the work
+
+    @property
+    def extra_bytes(self) -> int:
+        return max(0, self.peak_bytes - self.baseline_bytes)
+
+
+def peak_rss(target: str, kwargs: dict | None = None, *, prepare: bool = False,
+             timeout: float = 300.0) -> PeakMemory:
+    """Run ``module:function(**kwargs)`` in a fresh interpreter and report its peak RSS.
+
+    With ``prepare=True`` the function is first called with ``prepare=True`` and must return a
+    zero-argument callable: inputs are built before the baseline is read, so only the work's
+    own memory shows in ``extra_bytes``.
+    """
+    if ":" not in target:
+        raise ValueError(f"target must look like 'package.module:function', got {target!r}")
+    spec = json.dumps({"target": target, "kwargs": kwargs or {}, "prepare": prepare})
+    proc = subprocess.run([sys.executable, "-c", _CHILD, spec], capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"peak_rss child for {target} failed:\n{proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return PeakMemory(out["before"], out["after"])
+
+
+def _probe_allocate(*, mib: int) -> None:
+    """Allocate and touch ``mib`` MiB (used by the tests of ``peak_rss``)."""
+    torch.ones(mib * 2**20 // 4, dtype=torch.float32).sum()

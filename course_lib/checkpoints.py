@@ -1,0 +1,115 @@
+"""The course's pretrained baseline: trained by a deterministic command, verified on load.
+
+The baseline is the 4-layer encoder ("teacher" preset) trained on the course corpus. Lessons
+05 (pruning), 06 (distillation, as the teacher), 07 (quantization) and 11 start from it.
+
+    python -m course_lib.checkpoints            # trains and writes data/checkpoints/
+    python -m course_lib.checkpoints --check    # verifies the stored file's checksum
+
+The weights file is loaded with ``torch.load(weights_only=True)`` and its SHA-256 is compared
+with the manifest. A lesson that finds no valid file trains one (with a progress bar) instead
+of failing. Training is deterministic for a given torch version, CPU and thread count; on
+another machine the weights (and so the checksum) can differ slightly, which is why the
+manifest also records the accuracy the file reached.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .batching import make_loader
+from .data import Corpus, load_corpus
+from .models import EncoderClassifier, EncoderConfig, build_model, count_parameters
+from .train import TrainConfig, evaluate, train
+
+DEFAULT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+
+
+@dataclass(frozen=True)
+class BaselineRecipe:
+    preset: str = "teacher"
+    batch_size: int = 32
+    train: TrainConfig = TrainConfig(epochs=6, lr=1e-3, seed=0)
+    model_seed: int = 0
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def train_baseline(corpus: Corpus, *, recipe: BaselineRecipe = BaselineRecipe(),
+                   progress: bool = True) -> tuple[EncoderClassifier, dict]:
+    """Train the baseline from scratch; returns the model and its manifest entries."""
+    torch.manual_seed(recipe.model_seed)
+    model = build_model(len(corpus.vocab), preset=recipe.preset)
+    loader = make_loader(corpus.train, batch_size=recipe.batch_size, seed=recipe.train.seed)
+    hist = train(model, loader, cfg=recipe.train, progress=progress)
+    test = make_loader(corpus.test, batch_size=64, shuffle=False)
+    acc = evaluate(model, test)["accuracy"]
+    return model, {"config": model.cfg.to_dict(), "test_accuracy": acc,
+                   "train_seconds": hist.seconds, "parameters": count_parameters(model),
+                   "torch": torch.__version__}
+
+
+def save(model: EncoderClassifier, info: dict, name: str = "baseline",
+         directory: Path = DEFAULT_DIR) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.pt"
+    torch.save(model.state_dict(), path)
+    (directory / f"{name}.json").write_text(json.dumps({**info, "sha256": sha256(path)},
+                                                       indent=2))
+    return path
+
+
+def verify(name: str = "baseline", directory: Path = DEFAULT_DIR) -> dict | None:
+    """The manifest if the weights file exists and matches its checksum, else None."""
+    path, meta = directory / f"{name}.pt", directory / f"{name}.json"
+    if not (path.exists() and meta.exists()):
+        return None
+    info = json.loads(meta.read_text())
+    return info if sha256(path) == info.get("sha256") else None
+
+
+def load_baseline(corpus: Corpus | None = None, *, directory: Path = DEFAULT_DIR,
+                  train_if_missing: bool = True,
+                  progress: bool = True) -> tuple[EncoderClassifier, dict]:
+    """The verified baseline in eval mode, or a freshly trained one if none is stored."""
+    info = verify("baseline", directory)
+    if info is not None:
+        model = EncoderClassifier(EncoderConfig(**info["config"]))
+        state = torch.load(directory / "baseline.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+        return model.eval(), {**info, "source": "checkpoint"}
+    if not train_if_missing:
+        raise FileNotFoundError(f"no valid baseline checkpoint in {directory}")
+    print("No valid baseline checkpoint found: training one now (a few minutes on a CPU).")
+    model, info = train_baseline(corpus or load_corpus(), progress=progress)
+    return model.eval(), {**info, "source": "trained now"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--check", action="store_true", help="verify the stored checksum only")
+    args = ap.parse_args(argv)
+    if args.check:
+        info = verify("baseline", args.dir)
+        raise SystemExit(0 if info else "baseline checkpoint missing or checksum mismatch")
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # same threads -> same weights
+    model, info = train_baseline(load_corpus())
+    path = save(model, info, directory=args.dir)
+    print(f"wrote {path}: test accuracy {info['test_accuracy']:.4f}, "
+          f"{info['train_seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

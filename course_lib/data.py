@@ -1,0 +1,260 @@
+"""The course corpus: synthetic product reviews, generated from a seed, no download.
+
+Why synthetic: the course must run offline, in seconds, on a laptop, and every lesson needs
+the same texts. Why not trivially easy: a bag of words cannot solve it. The label follows
+rules a reader can check by hand, and three of them depend on word order and context:
+
+1. Each opinion phrase has a value: the adjective's strength (+-1 or +-2).
+2. An intensifier ("very", "really", ...) right before the adjective doubles it.
+3. A negator ("not", "never", "hardly") before the phrase flips its sign, and so does a
+   clause opener such as "i do n't think" several tokens earlier.
+4. In "X but Y" only the clause after "but" counts.
+
+The review's score is the sum of its phrase values; the label is ``score > 0`` (positive) and
+the regression target is a star rating ``1 + 4 * sigmoid(score / 2)`` in (1, 5).
+
+Lengths: the number of tokens is drawn from a log-normal distribution with median 60 and
+sigma 0.75, truncated to [8, 512]. That is a stated modelling choice, not a fit to a named
+dataset: it gives the long right tail of real review text (most reviews are short, a few run
+to hundreds of tokens), which is what lessons 01-02 on padding and batching need.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+PAD, UNK = "<pad>", "<unk>"
+
+POSITIVE = {"good": 1, "nice": 1, "fine": 1, "solid": 1, "pleasant": 1, "decent": 1,
+            "handy": 1, "comfortable": 1, "reliable": 1, "clean": 1,
+            "great": 2, "excellent": 2, "superb": 2, "wonderful": 2, "amazing": 2,
+            "perfect": 2, "brilliant": 2, "fantastic": 2}
+NEGATIVE = {"bad": -1, "poor": -1, "dull": -1, "flimsy": -1, "noisy": -1, "slow": -1,
+            "cheap": -1, "awkward": -1, "weak": -1, "messy": -1,
+            "awful": -2, "terrible": -2, "horrible": -2, "useless": -2, "broken": -2,
+            "dreadful": -2, "pathetic": -2, "disgusting": -2}
+INTENSIFIERS = ("very", "really", "extremely", "truly", "incredibly", "so")
+NEGATORS = ("not", "never", "hardly")
+OPENERS = (("i", "do", "n't", "think"), ("nobody", "would", "say"),
+           ("i", "would", "not", "call"), ("it", "is", "false", "that"))
+NOUNS = ("battery", "screen", "price", "design", "sound", "camera", "keyboard", "case",
+         "charger", "manual", "delivery", "packaging", "support", "software", "speaker",
+         "strap", "lid", "handle", "cable", "app", "fan", "motor", "lens", "button")
+FILLER = (("i", "bought", "this", "for", "my", "sister", "last", "month"),
+          ("it", "arrived", "on", "a", "tuesday", "in", "a", "box"),
+          ("we", "use", "it", "every", "day", "at", "home"),
+          ("the", "colour", "is", "blue", "and", "the", "size", "is", "medium"),
+          ("my", "friend", "has", "the", "older", "model"),
+          ("it", "came", "with", "two", "spare", "parts"),
+          ("i", "had", "to", "read", "the", "instructions", "twice"),
+          ("we", "took", "it", "on", "holiday", "to", "the", "coast"),
+          ("the", "shop", "was", "near", "the", "station"),
+          ("it", "replaced", "an", "old", "one", "from", "a", "different", "brand"),
+          ("my", "kids", "played", "with", "it", "all", "weekend"),
+          ("i", "ordered", "it", "online", "after", "reading", "some", "reviews"))
+PUNCT = (".", "!")
+
+
+def build_vocab() -> list[str]:
+    """Every word the generator can emit, in a fixed order (index 0 is padding)."""
+    words: list[str] = []
+    groups = [list(POSITIVE), list(NEGATIVE), INTENSIFIERS, NEGATORS, NOUNS, PUNCT,
+              ["the", "is", "was", "but", "and", "overall", "this", "one", "feels"]]
+    groups += [list(o) for o in OPENERS] + [list(f) for f in FILLER]
+    for group in groups:
+        for word in group:
+            if word not in words:
+                words.append(word)
+    return [PAD, UNK] + words
+
+
+class Vocab:
+    """A word-level tokenizer over a closed vocabulary: text <-> token ids."""
+
+    def __init__(self, words: list[str]):
+        if len(set(words)) != len(words):
+            raise ValueError("words: the vocabulary has duplicates")
+        self.itos = list(words)
+        self.stoi = {w: i for i, w in enumerate(words)}
+        self.pad_id = self.stoi[PAD]
+        self.unk_id = self.stoi[UNK]
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi.get(w, self.unk_id) for w in text.split()]
+
+    def decode(self, ids) -> str:
+        return " ".join(self.itos[int(i)] for i in ids if int(i) != self.pad_id)
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """How many reviews, how long, and how hard. Defaults are what every lesson uses."""
+
+    n_train: int = 4000       # labelled training reviews
+    n_val: int = 1000         # model selection
+    n_test: int = 2000        # reported accuracy
+    n_transfer: int = 12000   # unlabelled reviews a teacher can label (lesson 06)
+    median_length: float = 60.0   # tokens; log-normal median
+    length_sigma: float = 0.75    # log-normal sigma: the heavy tail
+    min_length: int = 8
+    max_length: int = 512
+    p_negate: float = 0.2         # chance an opinion phrase is negated
+    p_opener: float = 0.1         # chance a sentence starts with a distant negation
+    p_contrast: float = 0.2       # chance an opinion sentence is "X but Y"
+    p_intensify: float = 0.3      # chance an adjective gets an intensifier
+    tokens_per_opinion: float = 40.0  # one opinion sentence per this many tokens (Poisson)
+    max_opinions: int = 3         # long reviews are mostly neutral text around a few opinions
+    min_margin: float = 2.0       # |score| below this is redrawn: labels stay decidable
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("n_train", "n_val", "n_test", "n_transfer"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 1 <= self.min_length <= self.max_length:
+            raise ValueError(f"min_length must be in [1, max_length={self.max_length}], "
+                             f"got {self.min_length}")
+        if self.median_length <= 0 or self.length_sigma <= 0:
+            raise ValueError("median_length and length_sigma must be > 0")
+        if self.tokens_per_opinion <= 0:
+            raise ValueError(f"tokens_per_opinion must be > 0, got {self.tokens_per_opinion}")
+        for name in ("p_negate", "p_opener", "p_contrast", "p_intensify"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Review:
+    text: str
+    label: int       # 1 positive, 0 negative
+    score: float     # the rule-based sentiment score
+    rating: float    # regression target in (1, 5)
+
+
+class _Generator:
+    def __init__(self, cfg: CorpusConfig, rng: np.random.Generator):
+        self.cfg, self.rng = cfg, rng
+        self.adjectives = list(POSITIVE.items()) + list(NEGATIVE.items())
+
+    def pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def phrase(self) -> tuple[list[str], float]:
+        word, value = self.pick(self.adjectives)
+        words = [word]
+        if self.rng.random() < self.cfg.p_intensify:
+            words.insert(0, self.pick(INTENSIFIERS))
+            value *= 2
+        if self.rng.random() < self.cfg.p_negate:
+            words.insert(0, self.pick(NEGATORS))
+            value = -value
+        return words, float(value)
+
+    def clause(self) -> tuple[list[str], float]:
+        words, value = self.phrase()
+        return ["the", self.pick(NOUNS), "is", *words], value
+
+    def opinion(self) -> tuple[list[str], float]:
+        words, value = self.clause()
+        if self.rng.random() < self.cfg.p_contrast:
+            second, value2 = self.clause()
+            words, value = words + ["but"] + second, value2
+        if self.rng.random() < self.cfg.p_opener:
+            words, value = [*self.pick(OPENERS), *words], -value
+        return words + [self.pick(PUNCT)], value
+
+    def review(self) -> Review:
+        cfg = self.cfg
+        target = math.exp(math.log(cfg.median_length) + cfg.length_sigma * self.rng.standard_normal())
+        target = min(max(int(round(target)), cfg.min_length), cfg.max_length)
+        while True:
+            # Opinions scale with length, so a mean over tokens sees the same density of
+            # evidence in short and long reviews.
+            k = max(1, int(self.rng.poisson(target / cfg.tokens_per_opinion)))
+            k = min(k, cfg.max_opinions)
+            opinions = [self.opinion() for _ in range(k)]
+            score = sum(v for _, v in opinions)
+            if abs(score) < cfg.min_margin:
+                continue
+            sentences = [w for w, _ in opinions]
+            n = sum(len(w) for w in sentences)
+            while n < target:   # neutral sentences fill the review up to its drawn length
+                filler = [*self.pick(FILLER), self.pick(PUNCT)]
+                if n + len(filler) > cfg.max_length:
+                    break
+                sentences.insert(int(self.rng.integers(len(sentences) + 1)), filler)
+                n += len(filler)
+            words = [w for sent in sentences for w in sent]
+            rating = 1.0 + 4.0 / (1.0 + math.exp(-score / 2.0))
+            return Review(" ".join(words), int(score > 0), score, rating)
+
+
+def generate(n: int, *, cfg: CorpusConfig, seed: int) -> list[Review]:
+    """``n`` reviews from ``seed``: the same seed always gives the same reviews."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    gen = _Generator(cfg, np.random.default_rng(seed))
+    return [gen.review() for _ in range(n)]
+
+
+class ReviewDataset(Dataset):
+    """Token ids, label, length and rating of each review (one dict per item)."""
+
+    def __init__(self, reviews: list[Review], vocab: Vocab):
+        self.reviews, self.vocab = reviews, vocab
+        self.ids = [torch.tensor(vocab.encode(r.text), dtype=torch.long) for r in reviews]
+
+    def __len__(self) -> int:
+        return len(self.reviews)
+
+    def __getitem__(self, i: int) -> dict:
+        r = self.reviews[i]
+        return {"input_ids": self.ids[i], "label": r.label, "rating": r.rating,
+                "length": len(self.ids[i]), "index": i}
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(x) for x in self.ids]
+
+
+@dataclass
+class Corpus:
+    vocab: Vocab
+    train: ReviewDataset
+    val: ReviewDataset
+    test: ReviewDataset
+    transfer: ReviewDataset   # labels exist but lessons treat this split as unlabelled
+    config: CorpusConfig
+
+
+def load_corpus(cfg: CorpusConfig | None = None, *, scale: float = 1.0) -> Corpus:
+    """Build the corpus. ``scale`` shrinks every split (smoke runs use e.g. 0.1)."""
+    cfg = cfg or CorpusConfig()
+    cfg.validate()
+    if not 0.0 < scale <= 1.0:
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    vocab = Vocab(build_vocab())
+    # Each split has its own seed stream, so shrinking one split never changes another.
+    seeds = np.random.SeedSequence(cfg.seed).spawn(4)
+    names = ("n_train", "n_val", "n_test", "n_transfer")
+    splits = [ReviewDataset(generate(max(1, int(getattr(cfg, k) * scale)), cfg=cfg,
+                                     seed=int(s.generate_state(1)[0])), vocab)
+              for k, s in zip(names, seeds)]
+    return Corpus(vocab, *splits, config=cfg)
+
+
+def length_stats(lengths) -> dict[str, float]:
+    """Median, mean, 90th/99th percentile and maximum of a list of lengths."""
+    a = np.asarray(list(lengths), dtype=float)
+    if a.size == 0:
+        raise ValueError("lengths must not be empty")
+    return {"median": float(np.median(a)), "mean": float(a.mean()),
+            "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99)),
+            "max": float(a.max())}

@@ -1,0 +1,108 @@
+"""A Transformer encoder for sequence classification or regression, built from torch.nn.
+
+Follows the encoder of Vaswani et al. (2017) as implemented by ``nn.TransformerEncoder``:
+token + learned position embeddings, post-norm layers (so PyTorch's inference fast path and
+nested tensors apply), mean pooling over real tokens only, then a linear head. The pieces
+(``embed``, ``encode``, ``pool``) are public so that packing (lesson 02) and attention
+(lesson 09) can call them with their own positions and masks.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    vocab_size: int
+    d_model: int = 128      # width; must be divisible by n_heads
+    n_heads: int = 4
+    n_layers: int = 4       # depth: the corpus needs more than one layer to resolve context
+    d_ff: int = 256         # feed-forward width (pruning removes these neurons in lesson 05)
+    max_len: int = 512      # learned positions; the corpus never exceeds 512 tokens
+    dropout: float = 0.0   # bernoulli sampling is a quarter of a CPU step; data is plentiful
+    attn_dropout: float = 0.0  # dropout on attention weights forces SDPA's slow math path
+    n_outputs: int = 2      # 2 classes, or 1 for regression
+    pad_id: int = 0
+    norm_first: bool = False   # post-norm (the original) keeps PyTorch's nested-tensor path
+    nested_tensor: bool = True  # PyTorch's inference fast path skips padding (lesson 01)
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len",
+                     "n_outputs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
+                             f"({self.n_heads})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class EncoderClassifier(nn.Module):
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout,
+                                           batch_first=True, norm_first=cfg.norm_first)
+        layer.self_attn.dropout = cfg.attn_dropout
+        self.encoder = nn.TransformerEncoder(layer, cfg.n_layers,
+                                             enable_nested_tensor=cfg.nested_tensor and not cfg.norm_first)
+        self.head = nn.Linear(cfg.d_model, cfg.n_outputs)
+        # BERT/GPT-2 initialise embeddings with std 0.02. torch's default N(0, 1) makes them
+        # so large that Adam's ~lr-sized steps barely move them: training stalls near chance.
+        for emb in (self.tok, self.pos):
+            nn.init.normal_(emb.weight, std=0.02)
+        with torch.no_grad():
+            self.tok.weight[cfg.pad_id].zero_()
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None):
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (batch, length), got {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > self.cfg.max_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_len "
+                             f"{self.cfg.max_len}")
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.drop(self.tok(input_ids) + self.pos(position_ids))
+
+    def encode(self, x: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
+               attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``key_padding_mask``: True where a position is padding (PyTorch's convention)."""
+        return self.encoder(x, mask=attn_mask, src_key_padding_mask=key_padding_mask)
+
+    @staticmethod
+    def pool(h: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Mean over real tokens only (``attention_mask`` True = real)."""
+        m = attention_mask.unsqueeze(-1).to(h.dtype)
+        return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        if attention_mask is None:
+            attention_mask = input_ids != self.cfg.pad_id
+        h = self.encode(self.embed(input_ids), key_padding_mask=~attention_mask)
+        out = self.head(self.pool(h, attention_mask))
+        return out.squeeze(-1) if self.cfg.n_outputs == 1 else out
+
+
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def build_model(vocab_size: int, *, preset: str = "teacher", **overrides) -> EncoderClassifier:
+    """The course's two standard sizes: ``teacher`` (4 layers) and ``student`` (1 narrow layer)."""
+    presets = {"teacher": dict(d_model=128, n_heads=4, n_layers=4, d_ff=256),
+               "student": dict(d_model=64, n_heads=2, n_layers=1, d_ff=128)}
+    if preset not in presets:
+        raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
+    return EncoderClassifier(EncoderConfig(vocab_size=vocab_size,
+                                           **{**presets[preset], **overrides}))

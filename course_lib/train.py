@@ -1,0 +1,172 @@
+"""A short, readable train / evaluate loop with the hooks later lessons need.
+
+Hooks: ``autocast_dtype`` (lesson 04 runs the forward pass under ``torch.amp.autocast``),
+``scaler`` (a ``torch.amp.GradScaler`` for fp16), ``loss_fn`` (lesson 06 swaps in a
+distillation loss) and ``callback`` (called after every step: pruning masks, logging).
+Deterministic for a given seed, device and thread count.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+LossFn = Callable[[nn.Module, dict], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 6
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_frac: float = 0.05   # post-norm Transformers need a warm-up to train stably
+    grad_clip: float = 1.0      # max gradient norm; 0 disables clipping
+    task: str = "classification"  # or "regression" (MSE on the rating)
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if not 0 < self.lr < 1:
+            raise ValueError(f"lr must be in (0, 1), got {self.lr}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.task not in ("classification", "regression"):
+            raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
+
+
+@dataclass
+class History:
+    step_loss: list[float] = field(default_factory=list)
+    step_lr: list[float] = field(default_factory=list)
+    epochs: list[dict] = field(default_factory=list)   # per epoch: loss, seconds, val metrics
+    skipped_steps: int = 0                              # fp16 steps the GradScaler skipped
+    seconds: float = 0.0
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v)
+            for k, v in batch.items()}
+
+
+def task_loss(task: str) -> LossFn:
+    """The plain supervised loss: cross-entropy on labels, or MSE on ratings."""
+    def loss_fn(model: nn.Module, batch: dict) -> torch.Tensor:
+        out = model(batch["input_ids"], batch["attention_mask"])
+        if task == "regression":
+            return nn.functional.mse_loss(out.float(), batch["ratings"])
+        return nn.functional.cross_entropy(out.float(), batch["labels"])
+    return loss_fn
+
+
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """Learning-rate multiplier: linear warm-up, then cosine decay to zero."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
+          device: torch.device | str = "cpu", val_loader=None,
+          optimizer: torch.optim.Optimizer | None = None, loss_fn: LossFn | None = None,
+          autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+          callback: Callable[[int, float, nn.Module], None] | None = None,
+          max_steps: int | None = None, progress: bool = True) -> History:
+    """Train ``model`` in place and return its history."""
+    cfg.validate()
+    device = torch.device(device)
+    torch.manual_seed(cfg.seed)  # dropout draws
+    model.to(device)
+    loss_fn = loss_fn or task_loss(cfg.task)
+    opt = optimizer or torch.optim.AdamW(model.parameters(), lr=cfg.lr,
+                                         weight_decay=cfg.weight_decay)
+    total = cfg.epochs * len(loader) if max_steps is None else min(max_steps, cfg.epochs * len(loader))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_cosine(s, total, max(1, int(cfg.warmup_frac * total))))
+    hist, step, t_start = History(), 0, time.perf_counter()
+    bar = tqdm(total=total, desc="training", disable=not progress, leave=False)
+    for epoch in range(cfg.epochs):
+        model.train()
+        t0, losses = time.perf_counter(), []
+        for batch in loader:
+            if step >= total:
+                break
+            batch = to_device(batch, device)
+            with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
+                                enabled=autocast_dtype is not None):
+                loss = loss_fn(model, batch)
+            opt.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scale_before = scaler.get_scale()
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                if cfg.grad_clip:
+                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                scaler.step(opt)
+                scaler.update()
+                hist.skipped_steps += int(scaler.get_scale() < scale_before)
+            else:
+                loss.backward()
+                if cfg.grad_clip:
+                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+            sched.step()
+            value = float(loss.detach())
+            losses.append(value)
+            hist.step_loss.append(value)
+            hist.step_lr.append(sched.get_last_lr()[0])
+            if callback is not None:
+                callback(step, value, model)
+            step += 1
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{value:.3f}")
+        record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)),
+                  "seconds": time.perf_counter() - t0}
+        if val_loader is not None:
+            record.update({f"val_{k}": v for k, v in evaluate(
+                model, val_loader, device=device, task=cfg.task,
+                autocast_dtype=autocast_dtype).items()})
+        hist.epochs.append(record)
+        if step >= total:
+            break
+    bar.close()
+    hist.seconds = time.perf_counter() - t_start
+    return hist
+
+
+@torch.no_grad()
+def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
+            autocast_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model outputs for every item, returned in dataset order with the dataset indices."""
+    device = torch.device(device)
+    model.eval().to(device)
+    outs, idx = [], []
+    for batch in loader:
+        batch = to_device(batch, device)
+        with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
+                            enabled=autocast_dtype is not None):
+            outs.append(model(batch["input_ids"], batch["attention_mask"]).float().cpu())
+        idx.append(batch["index"].cpu())
+    index = torch.cat(idx)
+    order = torch.argsort(index)
+    return torch.cat(outs)[order], index[order]
+
+
+def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
+             task: str = "classification",
+             autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
+    """Accuracy (classification) or MSE and MAE (regression) over a loader."""
+    out, index = predict(model, loader, device=device, autocast_dtype=autocast_dtype)
+    ds = loader.dataset
+    if task == "regression":
+        target = torch.tensor([ds[int(i)]["rating"] for i in index], dtype=torch.float32)
+        err = out - target
+        return {"mse": float((err ** 2).mean()), "mae": float(err.abs().mean())}
+    labels = torch.tensor([ds[int(i)]["label"] for i in index])
+    return {"accuracy": float((out.argmax(-1) == labels).float().mean())}

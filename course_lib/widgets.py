@@ -1,0 +1,71 @@
+"""Widgets that always show a result, and degrade to a static figure.
+
+``explore(update, controls)`` displays the controls above one output area and calls
+``update(**values)`` once with the defaults, then again on every change. ``update`` returns
+what to show (a matplotlib ``Figure``, text, or anything ``display`` takes); the output area
+is cleared first, so moving a slider replaces the figure instead of stacking a new one.
+
+With no widget front end (``COURSE_STATIC=1``, set by ``make report``), the default result is
+displayed as a plain cell output, so an executed notebook still carries every figure.
+Exceptions in the callback are shown in the output area *and* kept in ``errors`` (papermill
+cannot see them; the notebook tests scan the widget state for them).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import ipywidgets as widgets
+from IPython.display import display
+
+
+def static_mode() -> bool:
+    return os.environ.get("COURSE_STATIC") == "1"
+
+
+def _show(result) -> None:
+    from matplotlib.figure import Figure
+
+    if result is None:
+        return
+    if isinstance(result, (list, tuple)):
+        for r in result:
+            _show(r)
+        return
+    if isinstance(result, str):
+        print(result)
+        return
+    display(result)
+    if isinstance(result, Figure):
+        result.clear()   # free memory; the figure was rendered to an image by display
+
+
+def explore(update: Callable[..., object], controls: dict[str, widgets.ValueWidget], *,
+            title: str = "", columns: int = 3) -> widgets.Widget | None:
+    """Show ``controls`` and the output of ``update``; returns the widget (None when static)."""
+    if not controls:
+        raise ValueError("controls must hold at least one widget")
+    values = lambda: {k: w.value for k, w in controls.items()}  # noqa: E731
+    if static_mode():
+        print((title + ": " if title else "") + "static figure for the default settings "
+              "(run the notebook in Jupyter to move the controls)")
+        _show(update(**values()))
+        return None
+    out = widgets.Output()
+    box = widgets.VBox([widgets.HTML(f"<b>{title}</b>")] if title else [])
+
+    def refresh(_change=None):
+        with out:
+            out.clear_output(wait=True)
+            # An exception here becomes an error output of ``out``: the learner sees the
+            # traceback, and the notebook tests find it in the saved widget state.
+            _show(update(**values()))
+
+    for w in controls.values():
+        w.observe(refresh, names="value")
+    rows = [widgets.HBox(list(controls.values())[i:i + columns])
+            for i in range(0, len(controls), columns)]
+    box.children = (*box.children, *rows, out)
+    display(box)
+    refresh()
+    return box

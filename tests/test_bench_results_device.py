@@ -1,0 +1,71 @@
+import json
+import time
+
+import pytest
+import torch
+
+from course_lib import bench
+from course_lib.device import amp_dtype, capabilities, pick_device, report_markdown
+from course_lib.results import Recorder, load_results
+
+
+def test_time_fn_counts_repeats_and_warmup():
+    calls = []
+    t = bench.time_fn(lambda: calls.append(1), warmup=3, repeats=5)
+    assert len(calls) == 8 and len(t.samples) == 5 and t.median >= 0
+
+
+def test_compare_ranks_a_slow_function_slower():
+    r = bench.compare({"fast": lambda: None, "slow": lambda: time.sleep(0.01)},
+                      warmup=1, repeats=3)
+    assert r["fast"]["speedup"] == pytest.approx(1.0)
+    assert r["slow"]["speedup"] < 0.5
+
+
+def test_bench_bad_arguments():
+    with pytest.raises(ValueError, match="repeats"):
+        bench.time_fn(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="baseline"):
+        bench.compare({"a": lambda: None}, baseline="b")
+    with pytest.raises(ValueError, match="target"):
+        bench.peak_rss("no_colon")
+
+
+def test_peak_rss_sees_a_large_allocation():
+    small = bench.peak_rss("course_lib.bench:_probe_allocate", {"mib": 1})
+    big = bench.peak_rss("course_lib.bench:_probe_allocate", {"mib": 200})
+    assert big.extra_bytes - small.extra_bytes > 150 * 2**20
+
+
+def test_recorder_writes_the_documented_payload(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path))
+    r = Recorder("00_welcome", smoke=True)
+    r.record("test_accuracy", 0.9, "fraction")
+    r.record("test_accuracy", 0.95, "fraction")   # replaces, never duplicates
+    path = r.save()
+    data = json.loads(path.read_text())
+    assert data["notebook"] == "00_welcome" and data["smoke"] is True
+    assert data["results"] == [{"name": "test_accuracy", "value": 0.95, "unit": "fraction"}]
+    assert "torch_version" in data["hardware"]
+    assert load_results(tmp_path)["00_welcome"] == data
+
+
+def test_recorder_without_directory_and_bad_names(monkeypatch):
+    monkeypatch.delenv("COURSE_RESULTS_DIR", raising=False)
+    r = Recorder("x", smoke=False)
+    assert r.save() is None
+    with pytest.raises(ValueError, match="snake_case"):
+        r.record("Bad Name", 1, "s")
+    with pytest.raises(ValueError, match="finite"):
+        r.record("nan_value", float("nan"), "s")
+
+
+def test_device_choice_and_report():
+    assert pick_device("cpu").type == "cpu"
+    assert pick_device().type in ("cuda", "mps", "cpu")
+    with pytest.raises(ValueError, match="prefer"):
+        pick_device("tpu")
+    caps = capabilities("cpu")
+    assert caps.threads == torch.get_num_threads()
+    assert "| torch |" in report_markdown("cpu")
+    assert amp_dtype("cpu") in (torch.bfloat16, None)

@@ -1,0 +1,105 @@
+import numpy as np
+import pytest
+
+from course_lib.data import (NEGATORS, POSITIVE, CorpusConfig, Vocab, build_vocab, generate,
+                             length_stats, load_corpus)
+
+
+def score_by_hand(text: str) -> float:
+    """An independent re-implementation of the documented label rules, from the words alone."""
+    from course_lib.data import INTENSIFIERS, NEGATIVE, OPENERS
+    values = {**POSITIVE, **NEGATIVE}
+    openers = {" ".join(o) for o in OPENERS}
+    total = 0.0
+    for sent in text.replace("!", ".").split(" . "):
+        sent = sent.strip(" .")
+        if not any(w in values for w in sent.split()):
+            continue
+        sign = 1.0
+        for op in openers:
+            if sent.startswith(op + " "):
+                sign, sent = -1.0, sent[len(op) + 1:]
+        clause = sent.split(" but ")[-1].split()
+        adj = clause[-1]
+        v = values[adj]
+        if clause[-2] in INTENSIFIERS:
+            v *= 2
+            if clause[-3] in NEGATORS:
+                v = -v
+        elif clause[-2] in NEGATORS:
+            v = -v
+        total += sign * v
+    return total
+
+
+def test_generation_is_deterministic_and_seed_dependent():
+    cfg = CorpusConfig()
+    a, b = generate(50, cfg=cfg, seed=1), generate(50, cfg=cfg, seed=1)
+    c = generate(50, cfg=cfg, seed=2)
+    assert a == b
+    assert a != c
+
+
+def test_labels_follow_the_documented_rules():
+    for r in generate(300, cfg=CorpusConfig(), seed=3):
+        assert score_by_hand(r.text) == pytest.approx(r.score)
+        assert r.label == int(r.score > 0)
+        assert 1.0 < r.rating < 5.0
+        assert abs(r.score) >= CorpusConfig().min_margin
+
+
+def test_lengths_are_heavy_tailed_within_bounds():
+    cfg = CorpusConfig()
+    lengths = [len(r.text.split()) for r in generate(2000, cfg=cfg, seed=0)]
+    s = length_stats(lengths)
+    assert cfg.min_length <= min(lengths) and max(lengths) <= cfg.max_length
+    assert 50 <= s["median"] <= 80
+    assert s["p99"] > 4 * s["median"]   # the long tail the padding lessons need
+
+
+def test_order_matters_bag_of_words_is_not_enough():
+    # the same multiset of words can carry either label: shuffle words within reviews
+    flips = 0
+    for r in generate(200, cfg=CorpusConfig(p_negate=0.5), seed=4):
+        words = r.text.split()
+        if "not" in words or "never" in words or "hardly" in words:
+            flips += 1
+    assert flips > 50
+
+
+def test_vocab_round_trip_and_unknown_words():
+    v = Vocab(build_vocab())
+    text = generate(1, cfg=CorpusConfig(), seed=0)[0].text
+    assert v.decode(v.encode(text)) == text
+    assert v.encode("zzzz") == [v.unk_id]
+    with pytest.raises(ValueError, match="duplicates"):
+        Vocab(["a", "a"])
+
+
+def test_corpus_splits_and_dataset_items():
+    c = load_corpus(scale=0.02)
+    item = c.train[0]
+    assert set(item) >= {"input_ids", "label", "rating", "length", "index"}
+    assert item["length"] == len(item["input_ids"])
+    assert len(c.train) == int(CorpusConfig().n_train * 0.02)
+    # splits are distinct draws
+    assert c.train.reviews[0].text != c.test.reviews[0].text
+    labels = np.array([r.label for r in c.test.reviews])
+    assert 0.3 < labels.mean() < 0.7
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_train=-1), "n_train"), (dict(min_length=0), "min_length"),
+    (dict(p_negate=1.5), "p_negate"), (dict(tokens_per_opinion=0), "tokens_per_opinion")])
+def test_bad_config_is_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        load_corpus(CorpusConfig(**kwargs))
+
+
+def test_bad_scale_and_n():
+    with pytest.raises(ValueError, match="scale"):
+        load_corpus(scale=0)
+    with pytest.raises(ValueError, match="n must"):
+        generate(-1, cfg=CorpusConfig(), seed=0)
+    with pytest.raises(ValueError, match="empty"):
+        length_stats([])

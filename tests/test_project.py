@@ -1,0 +1,65 @@
+"""Project-level checks: environment.yml agrees with pyproject, Colab cells, checkpoints."""
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from course_lib import checkpoints, colab
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ;@]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_lists_every_dependency():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    have = {_name(d) for d in env["dependencies"] if isinstance(d, str)}
+    have |= {"torch"} if "pytorch" in have else set()
+    assert not wanted - have, f"missing from environment.yml: {sorted(wanted - have)}"
+
+
+def test_colab_cells_are_generated_from_one_url(tmp_path):
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Title"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "05_x.ipynb"
+    path.write_text(json.dumps(nb))
+    assert not colab.sync(path, write=False)
+    assert not colab.sync(path, write=True)
+    assert colab.sync(path, write=False)
+    cells = json.loads(path.read_text())["cells"]
+    assert colab.REPO_URL.split("github.com/")[1] in cells[0]["source"]
+    assert "05_x.ipynb" in cells[0]["source"] and colab.REPO_URL in cells[1]["source"]
+
+
+def test_every_notebook_has_current_colab_cells():
+    for p in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
+        assert colab.sync(p, write=False), f"{p.name}: run python -m course_lib.colab --write"
+
+
+def test_stored_baseline_loads_and_verifies():
+    info = checkpoints.verify()
+    assert info is not None, "data/checkpoints/baseline.* missing or checksum mismatch"
+    model, meta = checkpoints.load_baseline(train_if_missing=False)
+    assert meta["source"] == "checkpoint"
+    assert sum(p.numel() for p in model.parameters()) == info["parameters"]
+
+
+def test_corrupted_checkpoint_is_detected(tmp_path):
+    src = checkpoints.DEFAULT_DIR
+    for suffix in (".pt", ".json"):
+        (tmp_path / f"baseline{suffix}").write_bytes((src / f"baseline{suffix}").read_bytes())
+    assert checkpoints.verify(directory=tmp_path) is not None
+    state = torch.load(tmp_path / "baseline.pt", weights_only=True)
+    next(iter(state.values())).add_(1.0)
+    torch.save(state, tmp_path / "baseline.pt")
+    assert checkpoints.verify(directory=tmp_path) is None
+    with pytest.raises(FileNotFoundError):
+        checkpoints.load_baseline(directory=tmp_path, train_if_missing=False)

@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from course_lib.batching import make_loader
+from course_lib.data import load_corpus
+from course_lib.models import build_model
+from course_lib.train import TrainConfig, evaluate, train, warmup_cosine
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(scale=0.05)
+
+
+def small(corpus, **kw):
+    torch.manual_seed(0)
+    return build_model(len(corpus.vocab), d_model=32, n_heads=2, n_layers=1, d_ff=32,
+                       max_len=512, **kw)
+
+
+def test_training_lowers_the_loss_and_is_deterministic(corpus):
+    loader = make_loader(corpus.train, batch_size=16, seed=0)
+    cfg = TrainConfig(epochs=3, lr=3e-3)
+    h1 = train(small(corpus), loader, cfg=cfg, progress=False)
+    h2 = train(small(corpus), make_loader(corpus.train, batch_size=16, seed=0), cfg=cfg,
+               progress=False)
+    assert h1.step_loss == h2.step_loss
+    first, last = sum(h1.step_loss[:5]) / 5, sum(h1.step_loss[-5:]) / 5
+    assert last < first
+
+
+def test_callback_autocast_and_regression(corpus):
+    loader = make_loader(corpus.train, batch_size=16, seed=0)
+    seen = []
+    h = train(small(corpus, n_outputs=1), loader,
+              cfg=TrainConfig(epochs=1, task="regression"), autocast_dtype=torch.bfloat16,
+              callback=lambda step, loss, m: seen.append(step), max_steps=4, progress=False)
+    assert seen == [0, 1, 2, 3] and len(h.step_loss) == 4
+    m = evaluate(small(corpus, n_outputs=1), make_loader(corpus.val, batch_size=32,
+                                                         shuffle=False), task="regression")
+    assert m["mse"] >= 0 and m["mae"] >= 0
+
+
+def test_evaluate_accuracy_equals_hand_count(corpus):
+    model = small(corpus)
+    loader = make_loader(corpus.val, batch_size=8, bucketed=True, shuffle=True)
+    acc = evaluate(model, loader)["accuracy"]
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(len(corpus.val)):
+            item = corpus.val[i]
+            pred = model(item["input_ids"][None]).argmax(-1).item()
+            correct += pred == item["label"]
+    assert acc == pytest.approx(correct / len(corpus.val), abs=1e-6)
+
+
+def test_warmup_cosine_schedule():
+    assert warmup_cosine(0, 100, 10) == pytest.approx(0.1)
+    assert warmup_cosine(9, 100, 10) == pytest.approx(1.0)
+    assert warmup_cosine(100, 100, 10) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("kw, match", [(dict(epochs=0), "epochs"), (dict(lr=0), "lr"),
+                                        (dict(task="ranking"), "task")])
+def test_bad_train_config(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kw).validate()
