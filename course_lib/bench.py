@@ -6,8 +6,9 @@ asynchronous), repeat and report the median with its spread, and compare alterna
 interleaved in one run so that drift (thermal, other processes) hits all of them equally.
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated``. On the CPU there is no allocator
-counter, so ``peak_rss`` runs the work in a fresh Python subprocess and reads its peak
-resident set size (``resource.getrusage(...).ru_maxrss``) before and after the work.
+counter, so ``peak_rss`` runs the work in a fresh Python subprocess, resets the kernel's
+peak-RSS counter after imports and set-up (Linux ``/proc/self/clear_refs``), and reads the
+peak resident set size (``VmHWM``) after the work; elsewhere it falls back to ``ru_maxrss``.
 """
 from __future__ import annotations
 
@@ -133,12 +134,32 @@ spec = json.loads(sys.argv[1])
 mod, _, name = spec["target"].partition(":")
 fn = getattr(importlib.import_module(mod), name)
 setup = fn(**spec["kwargs"], prepare=True) if spec["prepare"] else None
-def rss():
+
+def reset_peak():
+    # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS, so the
+    # peak of the import phase does not hide the work's own peak.
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+def rss(key):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r if sys.platform == "darwin" else r * 1024
-before = rss()
+
+reset_peak()
+before = rss("VmRSS")
 fn(**spec["kwargs"]) if setup is None else setup()
-print(json.dumps({"before": before, "after": rss()}))
+print(json.dumps({"before": before, "after": rss("VmHWM")}))
 """
 
 

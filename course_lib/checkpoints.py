@@ -34,7 +34,7 @@ DEFAULT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
 class BaselineRecipe:
     preset: str = "teacher"
     batch_size: int = 32
-    train: TrainConfig = TrainConfig(epochs=6, lr=1e-3, seed=0)
+    train: TrainConfig = TrainConfig(epochs=5, lr=2e-3, seed=0)
     model_seed: int = 0
 
 

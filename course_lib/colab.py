@@ -33,9 +33,10 @@ def setup_source() -> str:
 
 
 def _cells(nb_path: Path) -> tuple[dict, dict]:
-    badge = {"cell_type": "markdown", "metadata": {"tags": [BADGE_TAG]},
+    badge = {"cell_type": "markdown", "id": BADGE_TAG, "metadata": {"tags": [BADGE_TAG]},
              "source": badge_markdown(nb_path.name)}
-    setup = {"cell_type": "code", "metadata": {"tags": [SETUP_TAG]}, "source": setup_source(),
+    setup = {"cell_type": "code", "id": SETUP_TAG, "metadata": {"tags": [SETUP_TAG]},
+             "source": setup_source(),
              "outputs": [], "execution_count": None}
     return badge, setup
 

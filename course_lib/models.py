@@ -8,6 +8,7 @@ nested tensors apply), mean pooling over real tokens only, then a linear head. T
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -26,7 +27,8 @@ class EncoderConfig:
     attn_dropout: float = 0.0  # dropout on attention weights forces SDPA's slow math path
     n_outputs: int = 2      # 2 classes, or 1 for regression
     pad_id: int = 0
-    norm_first: bool = False   # post-norm (the original) keeps PyTorch's nested-tensor path
+    norm_first: bool = True    # pre-norm trains stably at a higher learning rate; post-norm
+                               # (the original) keeps PyTorch's nested-tensor path (lesson 01)
     nested_tensor: bool = True  # PyTorch's inference fast path skips padding (lesson 01)
 
     def validate(self) -> None:
@@ -42,6 +44,16 @@ class EncoderConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
+    """The (n_positions, dim) sine/cosine table of Vaswani et al. (2017), section 3.5."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
 
 
 class EncoderClassifier(nn.Module):
@@ -60,10 +72,14 @@ class EncoderClassifier(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.n_outputs)
         # BERT/GPT-2 initialise embeddings with std 0.02. torch's default N(0, 1) makes them
         # so large that Adam's ~lr-sized steps barely move them: training stalls near chance.
-        for emb in (self.tok, self.pos):
-            nn.init.normal_(emb.weight, std=0.02)
+        nn.init.normal_(self.tok.weight, std=0.02)
         with torch.no_grad():
             self.tok.weight[cfg.pad_id].zero_()
+            # Learned positions, initialised from the sinusoidal table of Vaswani et al.: the
+            # rules of the corpus are relative ("the word before"), and a sinusoidal start
+            # makes relative offsets easy to learn; random starts leave rare long positions
+            # untrained.
+            self.pos.weight.copy_(0.05 * sinusoidal_positions(cfg.max_len, cfg.d_model))
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None):
         if input_ids.dim() != 2:

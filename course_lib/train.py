@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -147,6 +148,13 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
     device = torch.device(device)
     model.eval().to(device)
     outs, idx = [], []
+    with warnings.catch_warnings():
+        # PyTorch's nested-tensor fast path announces its prototype status on every call.
+        warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+        return _predict(model, loader, device, autocast_dtype, outs, idx)
+
+
+def _predict(model, loader, device, autocast_dtype, outs, idx):
     for batch in loader:
         batch = to_device(batch, device)
         with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
