@@ -1,0 +1,161 @@
+"""Attention kernels agree; masks have the intended pattern; the memory model is right."""
+import pytest
+import torch
+import torch.nn as nn
+
+from course_lib import attention as A
+from course_lib import attention_memory as M
+
+
+def _qkv(b=2, h=3, length=70, d=16, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, length, d, generator=g).requires_grad_(grad) for _ in range(3)]
+
+
+MASKS = {
+    "none": lambda n: None,
+    "window": lambda n: A.sliding_window_mask(n, window=5),
+    "window_causal": lambda n: A.sliding_window_mask(n, window=7, causal=True),
+    "block_sparse": lambda n: A.block_sparse_mask(n, block_size=16, neighbors=0, global_tokens=3),
+    "per_batch": lambda n: (torch.rand(2, 1, n, n, generator=torch.Generator().manual_seed(1)) < 0.5)
+    | torch.eye(n, dtype=torch.bool),
+}
+
+
+@pytest.mark.parametrize("mask_name", list(MASKS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_three_kernels_agree_fp32(mask_name, causal):
+    q, k, v = _qkv()
+    mask = MASKS[mask_name](q.shape[-2])
+    ref = A.naive_attention(q, k, v, mask=mask, is_causal=causal)
+    assert torch.isfinite(ref).all()
+    for out in (A.sdpa_attention(q, k, v, mask=mask, is_causal=causal),
+                A.tiled_attention(q, k, v, mask=mask, is_causal=causal, block_size=16),
+                A.tiled_attention(q, k, v, mask=mask, is_causal=causal, block_size=128)):
+        assert (out - ref).abs().max().item() <= 1e-5
+
+
+def test_tiled_gradients_match_naive_with_and_without_recompute():
+    q, k, v = _qkv(length=40, grad=True)
+    mask = A.sliding_window_mask(40, window=6)
+    A.naive_attention(q, k, v, mask=mask, is_causal=True).pow(2).sum().backward()
+    ref = [t.grad.clone() for t in (q, k, v)]
+    for recompute in (False, True):
+        for t in (q, k, v):
+            t.grad = None
+        A.tiled_attention(q, k, v, mask=mask, is_causal=True, block_size=16,
+                          recompute=recompute).pow(2).sum().backward()
+        for r, t in zip(ref, (q, k, v)):
+            assert (r - t.grad).abs().max().item() <= 1e-5
+
+
+def test_masks_have_intended_patterns():
+    c = A.causal_mask(5)
+    assert c.dtype == torch.bool and c[3, 2] and c[3, 3] and not c[2, 3]
+    assert int(c.sum()) == 15
+    w = A.sliding_window_mask(8, window=2)
+    assert w[4].tolist() == [False, False, True, True, True, True, True, False]
+    assert torch.equal(w, w.T)
+    wc = A.sliding_window_mask(8, window=2, causal=True)
+    assert wc[4].tolist() == [False, False, True, True, True, False, False, False]
+    b = A.block_sparse_mask(8, block_size=2, neighbors=0)
+    assert b[2].tolist() == [False, False, True, True, False, False, False, False]
+    bg = A.block_sparse_mask(8, block_size=2, neighbors=1, global_tokens=1)
+    assert bg[0].all() and bg[:, 0].all()
+    assert bg[4].tolist() == [True, False, True, True, True, True, True, True]
+    assert A.mask_density(c) == pytest.approx(15 / 25)
+    assert torch.equal(A.to_mha_mask(c), ~c)
+
+
+def test_masks_reach_multihead_attention_inverted():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = torch.randn(1, 12, 16)
+    allowed = A.sliding_window_mask(12, window=2)
+    out, _ = mha(x, x, x, attn_mask=A.to_mha_mask(allowed), need_weights=False)
+    w_in, b_in = mha.in_proj_weight, mha.in_proj_bias
+    q, k, v = (x @ w_in.T + b_in).chunk(3, dim=-1)
+    split = lambda t: t.view(1, 12, 2, 8).transpose(1, 2)  # noqa: E731
+    ref = A.naive_attention(split(q), split(k), split(v), mask=allowed)
+    ref = mha.out_proj(ref.transpose(1, 2).reshape(1, 12, 16))
+    assert (out - ref).abs().max().item() <= 1e-5
+
+
+def test_article_arguments_do_not_exist():
+    with pytest.raises(TypeError, match="sparse"):
+        nn.MultiheadAttention(16, 2, sparse=True)
+    with pytest.raises(TypeError, match="self_attn"):
+        nn.TransformerEncoderLayer(16, 2, self_attn=True)
+
+
+def test_sdpa_backend_is_named():
+    q, k, v = _qkv(length=32)
+    name = A.sdpa_backend(q, k, v)
+    assert name in {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH",
+                    "OVERRIDEABLE", "unknown"}
+    rows = A.sdpa_backend_table("cpu", length=16, head_dim=8)
+    assert {r[0] for r in rows} == {"float32", "bfloat16"} and len(rows) == 6
+
+
+@pytest.mark.parametrize("bad", [
+    lambda q, k, v: A.naive_attention(q[0], k, v),
+    lambda q, k, v: A.sdpa_attention(q, k[..., :8], v),
+    lambda q, k, v: A.tiled_attention(q, k, v[:, :, :5]),
+    lambda q, k, v: A.naive_attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.bool)),
+    lambda q, k, v: A.naive_attention(q, k, v, mask=torch.ones(70, 70)),
+    lambda q, k, v: A.tiled_attention(q, k, v, block_size=0),
+])
+def test_bad_shapes_raise_value_error(bad):
+    with pytest.raises(ValueError):
+        bad(*_qkv())
+
+
+@pytest.mark.parametrize("window", [0, -3, 1.5])
+def test_bad_window_raises(window):
+    with pytest.raises(ValueError, match="window"):
+        A.sliding_window_mask(10, window=window)
+
+
+def test_other_bad_mask_arguments():
+    with pytest.raises(ValueError, match="length"):
+        A.causal_mask(0)
+    with pytest.raises(ValueError, match="block_size"):
+        A.block_sparse_mask(10, block_size=0)
+    with pytest.raises(ValueError, match="global_tokens"):
+        A.block_sparse_mask(10, block_size=2, global_tokens=11)
+
+
+def test_memory_model_matches_hand_computation():
+    # 2 sequences, 8 heads, 4096 tokens, fp32: 2 * 8 * 4096 * 4096 * 4 bytes = 1 GiB
+    assert M.score_matrix_bytes(2, 8, 4096) == 2 * 8 * 4096 * 4096 * 4 == 2**30
+    assert M.score_matrix_bytes(1, 1, 10, bytes_per_element=2, key_length=3) == 60
+    est = M.predict_memory(method="naive", batch=1, heads=8, length=4096, head_dim=64)
+    assert est.score_matrix == 512 * 2**20
+    assert est.activations == 8 * 4096 * 64 * 4
+    assert est.peak_extra == 2 * 512 * 2**20 + 8 * 2**20
+    sdpa = M.predict_memory(method="sdpa", batch=1, heads=8, length=4096, head_dim=64)
+    assert sdpa.peak_extra == 8 * 2**20 + 8 * 4096 * 4
+    assert sdpa.peak_extra < est.peak_extra / 100
+    with pytest.raises(ValueError, match="method"):
+        M.predict_memory(method="fast", batch=1, heads=1, length=4, head_dim=4)
+    with pytest.raises(ValueError, match="length"):
+        M.score_matrix_bytes(1, 1, 0)
+
+
+def test_attention_case_and_sweep_run():
+    run = M.attention_case(method="tiled", batch=1, heads=2, length=32, head_dim=8,
+                           causal=True, backward=True, window=4, prepare=True)
+    run()
+    rows = M.sweep([16, 32], heads=2, head_dim=8, repeats={16: 2, 32: 1}, warmup=0,
+                   progress=False)
+    assert len(rows) == 6 and {r["method"] for r in rows} == {"naive", "sdpa", "tiled"}
+    assert all(r["ms"] > 0 for r in rows)
+
+
+def test_measured_peak_of_naive_attention_follows_the_model():
+    """One subprocess per case: the naive score matrices show up in the peak RSS."""
+    case = dict(batch=1, heads=4, length=1024, head_dim=32, threads=1)
+    naive, sdpa = M.measure_peaks([dict(case, method="naive"), dict(case, method="sdpa")])
+    model = M.predict_memory(method="naive", batch=1, heads=4, length=1024, head_dim=32)
+    assert 0.8 * model.peak_extra <= naive <= 1.5 * model.peak_extra
+    assert sdpa < naive / 5
