@@ -21,7 +21,8 @@ CELL_TIMEOUT = int(os.environ.get("NB_CELL_TIMEOUT", 300))
 # Sane bounds by unit: a fraction is in [0, 1], times and sizes are positive.
 BOUNDS = {"fraction": (0.0, 1.0), "s": (0.0, 3600.0), "ms": (0.0, 3.6e6), "x": (0.0, 1e4),
           "bytes": (0.0, 1e12), "MiB": (0.0, 1e6), "count": (0.0, 1e12),
-          "tokens/s": (0.0, 1e12), "params": (1.0, 1e12)}
+          "tokens/s": (0.0, 1e12), "params": (1.0, 1e12), "GFLOP/s": (0.0, 1e7),
+          "GiB/s": (0.0, 1e5)}
 
 
 @pytest.mark.timeout(900)

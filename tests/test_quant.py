@@ -1,0 +1,182 @@
+"""Tests of course_lib.quant: the quantizer's guarantees and the int8 model paths."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from course_lib import quant
+from course_lib.batching import make_loader
+from course_lib.data import load_corpus
+from course_lib.models import build_model
+from course_lib.train import TrainConfig, predict, train
+
+CASES = [(b, s, g) for b in range(2, 9) for s in quant.SCHEMES for g in quant.GRANULARITIES]
+
+
+def _weights(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(16, 32, generator=g) * torch.rand(16, 1, generator=g) * 3
+
+
+@pytest.mark.parametrize("bits,scheme,granularity", CASES)
+def test_round_trip_error_at_most_half_a_step_inside_range(bits, scheme, granularity):
+    x = _weights(bits)
+    p = quant.calibrate(x, bits=bits, scheme=scheme, granularity=granularity)
+    err = (quant.dequantize(quant.quantize(x, p), p) - x).abs()
+    assert quant.within_range(x, p).all()  # min/max calibration clips nothing
+    bound = (p.scale / 2).expand_as(x) * (1 + 1e-5) + 1e-7
+    assert (err <= bound).all()
+    # with clipping, the bound still holds for every element inside the clipping range
+    pc = quant.calibrate(x, bits=bits, scheme=scheme, granularity=granularity, clip=0.5)
+    inside = quant.within_range(x, pc)
+    assert 0 < int(inside.sum()) < x.numel()
+    err = (quant.dequantize(quant.quantize(x, pc), pc) - x).abs()
+    assert (err[inside] <= ((pc.scale / 2).expand_as(x) * (1 + 1e-5) + 1e-7)[inside]).all()
+
+
+@pytest.mark.parametrize("bits,scheme,granularity", CASES)
+@pytest.mark.parametrize("clip", [1.0, 0.5, 0.1])
+def test_integers_stay_inside_the_grid(bits, scheme, granularity, clip):
+    x = _weights(100 + bits) * 10
+    p = quant.calibrate(x, bits=bits, scheme=scheme, granularity=granularity, clip=clip)
+    q = quant.quantize(x, p)
+    qmin, qmax = quant.int_range(bits, scheme)
+    assert (p.qmin, p.qmax) == (qmin, qmax)
+    assert int(q.min()) >= qmin and int(q.max()) <= qmax
+    assert len(torch.unique(q)) <= 2 ** bits
+
+
+def test_clipping_error_appears_only_when_clipping():
+    x = _weights(7)
+    full = quant.error_breakdown(x, quant.calibrate(x, bits=4))
+    clipped = quant.error_breakdown(x, quant.calibrate(x, bits=4, clip=0.3))
+    assert full["clipping_mse"] == 0.0 and full["clipped_fraction"] == 0.0
+    assert clipped["clipping_mse"] > 0.0 and clipped["clipped_fraction"] > 0.0
+    assert clipped["rounding_mse"] < full["rounding_mse"]   # a finer grid inside the range
+
+
+@pytest.mark.parametrize("scheme", quant.SCHEMES)
+def test_per_channel_beats_per_tensor_with_unequal_channel_ranges(scheme):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 64, generator=g) * torch.logspace(-3, 0, 8).unsqueeze(1)
+    err = {gran: (quant.fake_quantize(x, bits=8, scheme=scheme, granularity=gran) - x) ** 2
+           for gran in quant.GRANULARITIES}
+    assert float(err["per_channel"].mean()) <= float(err["per_tensor"].mean())
+    # the narrow channel gets its own fine grid instead of the wide channel's coarse one
+    assert float(err["per_channel"][0].mean()) < 0.01 * float(err["per_tensor"][0].mean())
+
+
+def test_sqnr_gains_about_6_db_per_bit():
+    x = torch.rand(10_000, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    s8 = quant.sqnr_db(x, quant.fake_quantize(x, bits=8))
+    s4 = quant.sqnr_db(x, quant.fake_quantize(x, bits=4))
+    assert 20 < s8 - s4 < 28
+    assert quant.sqnr_db(x, x) == float("inf")
+
+
+@pytest.mark.parametrize("bits", [1, 9, 0, 16, 4.0, True])
+def test_bits_outside_2_to_8_are_rejected(bits):
+    with pytest.raises(ValueError, match=r"bits must be an integer in \[2, 8\]"):
+        quant.calibrate(torch.ones(3), bits=bits)
+    with pytest.raises(ValueError, match="bits"):
+        quant.fake_quantize_model(torch.nn.Linear(2, 2), bits=bits)
+
+
+def test_unknown_options_are_rejected():
+    x = torch.ones(4, 4)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        quant.calibrate(x, scheme="asymmetric")
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        quant.calibrate(x, granularity="per_row")
+    with pytest.raises(ValueError, match=r"clip must be in \(0, 1\]"):
+        quant.calibrate(x, clip=0.0)
+    with pytest.raises(ValueError, match="axis"):
+        quant.calibrate(x, granularity="per_channel", axis=2)
+    with pytest.raises(ValueError, match="dtype"):
+        quant.cast_model(torch.nn.Linear(2, 2), torch.int8)
+
+
+def test_all_zero_tensor_is_exact():
+    x = torch.zeros(3, 5)
+    for scheme in quant.SCHEMES:
+        assert torch.equal(quant.fake_quantize(x, scheme=scheme), x)
+
+
+@pytest.mark.parametrize("before", [True, False])
+@pytest.mark.parametrize("inside", [True, False])
+def test_fastpath_setting_is_restored(before, inside):
+    original = torch.backends.mha.get_fastpath_enabled()
+    try:
+        torch.backends.mha.set_fastpath_enabled(before)
+        with quant.mha_fastpath(inside):
+            assert torch.backends.mha.get_fastpath_enabled() is inside
+        assert torch.backends.mha.get_fastpath_enabled() is before
+        with pytest.raises(RuntimeError):
+            with quant.mha_fastpath(inside):
+                raise RuntimeError("boom")
+        assert torch.backends.mha.get_fastpath_enabled() is before
+    finally:
+        torch.backends.mha.set_fastpath_enabled(original)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The stored baseline if there is one, else a small model trained in seconds."""
+    corpus = load_corpus(scale=0.1)
+    try:
+        from course_lib.checkpoints import load_baseline
+        model, _ = load_baseline(corpus, train_if_missing=False)
+    except FileNotFoundError:
+        torch.manual_seed(0)
+        model = build_model(len(corpus.vocab), preset="student")
+        loader = make_loader(corpus.train, batch_size=32, seed=0, max_length=64)
+        train(model, loader, cfg=TrainConfig(epochs=8, lr=3e-3), progress=False)
+    return model.eval(), make_loader(corpus.test, batch_size=64, shuffle=False)
+
+
+def test_dynamic_int8_agrees_with_fp32_and_warns_nothing(trained):
+    model, loader = trained
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the deprecation warnings are handled inside
+        q = quant.quantize_dynamic_int8(model)
+    ref, _ = predict(model, loader)
+    got, _ = predict(q, loader)
+    assert 0.05 < float(ref.argmax(-1).float().mean()) < 0.95, "the model predicts one class"
+    assert quant.agreement(ref, got) >= 0.98
+    assert torch.backends.mha.get_fastpath_enabled()   # the wrapper restored it
+
+
+def test_size_report_explains_what_stays_fp32(trained):
+    model, _ = trained
+    q = quant.quantize_dynamic_int8(model)
+    groups = {r["group"]: r for r in quant.size_report(q)}
+    assert groups["int8"]["dtype"] == "qint8"
+    for g in ("embedding", "in_proj", "out_proj"):
+        assert groups[g]["dtype"] == "float32" and groups[g]["why"]
+    fp = {r["group"]: r for r in quant.size_report(model)}
+    assert fp["linear_fp"]["numel"] == groups["int8"]["numel"]
+    assert fp["linear_fp"]["bytes"] / groups["int8"]["bytes"] > 3.9   # 4x, plus scales
+    assert quant.state_dict_bytes(q) < quant.state_dict_bytes(model)
+
+
+def test_fake_quantized_model_weights_lie_on_the_grid(trained):
+    model, _ = trained
+    f = quant.fake_quantize_model(model, bits=3, granularity="per_channel")
+    names = dict(quant.matmul_weights(f))
+    assert any(n.endswith("in_proj_weight") for n in names)
+    for w in names.values():
+        for row in w:
+            assert len(torch.unique(row)) <= 2 ** 3
+    emb = dict(f.named_parameters())["tok.weight"]
+    assert torch.equal(emb, dict(model.named_parameters())["tok.weight"])
+
+
+def test_cast_model_and_torchao_option(trained):
+    model, _ = trained
+    assert all(p.dtype == torch.bfloat16 for p in
+               quant.cast_model(model, torch.bfloat16).parameters())
+    if not quant.torchao_available():
+        with pytest.raises(ImportError, match="torchao"):
+            quant.quantize_torchao_int8(model)
