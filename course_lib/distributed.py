@@ -1,0 +1,347 @@
+"""Data-parallel training with DistributedDataParallel, launched by torchrun (lesson 08).
+
+Follows PyTorch's "Getting started with DDP" tutorial and the torchrun (elastic) docs: one
+process per device, the model replicated in each, every rank reads a disjoint share of the
+data, and DDP all-reduces (averages) the gradients during ``backward``, so every replica takes
+the same optimizer step. Run it with::
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed \
+        --steps 20 --batch-size 16 --out /tmp/ddp.json          # 2 CPU processes (gloo)
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed --dry-run
+
+The same command runs unchanged on a multi-GPU machine (``--nproc_per_node`` = number of GPUs;
+the backend becomes nccl and rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``) and on several nodes
+(replace ``--standalone`` by ``--nnodes 2 --node_rank K --rdzv_backend c10d
+--rdzv_endpoint HOST:29500 --rdzv_id job1`` on every node). ``course_lib.ddp_launch`` starts
+it from a notebook. With ``world_size == 1`` and no process group, ``run_training`` runs the
+identical loop in-process: the single-process reference of the equivalence check.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Sampler
+from torch.utils.data.distributed import DistributedSampler
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``auto`` -> nccl when CUDA is present, else gloo; nccl without CUDA is an error."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend 'nccl' needs CUDA GPUs; use 'gloo' (or 'auto') on a CPU")
+    return backend
+
+
+def auto_threads(local_world_size: int) -> int:
+    """CPU threads per process: the cores shared out, so N processes never oversubscribe."""
+    if local_world_size < 1:
+        raise ValueError(f"local_world_size must be >= 1, got {local_world_size}")
+    return max(1, (os.cpu_count() or 1) // local_world_size)
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Rank ``rank`` of ``num_replicas`` gets batches ``rank, rank + N, rank + 2N, ...``.
+
+    Wraps any batch sampler (e.g. ``BucketBatchSampler``) that every rank builds with the same
+    seed. Every rank must take the same number of steps (else DDP waits forever for the
+    missing rank's gradients): ``drop_last`` drops the last ``len % N`` batches (shares are
+    disjoint), otherwise the first batches are repeated to pad (shares cover everything, as in
+    ``DistributedSampler``).
+    """
+
+    def __init__(self, batch_sampler, *, num_replicas: int, rank: int, drop_last: bool = False):
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}")
+        self.batch_sampler, self.num_replicas, self.rank = batch_sampler, num_replicas, rank
+        self.drop_last = drop_last
+
+    def __len__(self) -> int:
+        n, r = len(self.batch_sampler), self.num_replicas
+        return n // r if self.drop_last else -(-n // r)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = list(self.batch_sampler)
+        total = len(self) * self.num_replicas
+        if total > len(batches):
+            batches += (batches * (total // max(1, len(batches)) + 1))[:total - len(batches)]
+        return iter(batches[self.rank:total:self.num_replicas])
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one run needs; ``batch_size`` is per rank and per micro-batch."""
+
+    mode: str = "train"           # "allreduce": all-reduce demo; "both": demo, then train
+    steps: int = 20               # optimizer steps
+    batch_size: int = 16
+    accum: int = 1                # micro-batches per optimizer step (gradient accumulation)
+    lr: float = 1e-3
+    optimizer: str = "adamw"      # or "sgd"
+    grad_clip: float = 1.0
+    sampler: str = "distributed"  # DistributedSampler, or "bucketed" (sharded buckets)
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 2
+    d_ff: int = 128
+    max_length: int = 128         # truncation keeps CPU steps short
+    data_scale: float = 0.1       # corpus scale (0.1: 400 training reviews)
+    backend: str = "auto"
+    threads: int = 0              # 0: auto_threads
+    seed: int = 0
+    timeout_s: float = 60.0       # collectives fail instead of hanging when a peer dies
+    fail_rank: int = -1           # >= 0: that rank raises at start (tests the launcher)
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "accum", "d_model", "n_layers", "n_heads", "d_ff",
+                     "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        choices = {"mode": ("train", "allreduce", "both"), "optimizer": ("adamw", "sgd"),
+                   "sampler": ("distributed", "bucketed"), "backend": BACKENDS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name, lo, hi in (("data_scale", 0.0, 1.0), ("lr", 0.0, 1.0)):
+            if not lo < getattr(self, name) <= hi:
+                raise ValueError(f"{name} must be in ({lo}, {hi}], got {getattr(self, name)}")
+        if self.threads < 0 or self.timeout_s <= 0:
+            raise ValueError("threads must be >= 0 and timeout_s > 0")
+
+
+DRY_RUN = dict(steps=3, batch_size=4, d_model=32, n_layers=1, n_heads=2, d_ff=64,
+               max_length=64, data_scale=0.02)
+
+
+def make_loader(dataset, cfg: WorkerConfig, *, rank: int, world_size: int) -> DataLoader:
+    """Each rank's DataLoader: a disjoint share of every epoch, the same seed on every rank."""
+    from .batching import BucketBatchSampler
+    from .padding import Collate
+
+    collate = Collate(max_length=cfg.max_length)
+    if cfg.sampler == "bucketed":
+        buckets = BucketBatchSampler(dataset.lengths, batch_size=cfg.batch_size, seed=cfg.seed)
+        shard = ShardedBatchSampler(buckets, num_replicas=world_size, rank=rank, drop_last=True)
+        return DataLoader(dataset, batch_sampler=shard, collate_fn=collate)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=cfg.seed, drop_last=True)
+    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, drop_last=True,
+                      collate_fn=collate)
+
+
+def _log(msg: str, *, rank: int, world_size: int, all_ranks: bool = False) -> None:
+    if rank == 0 or all_ranks:
+        print(f"[rank {rank}/{world_size}] {msg}", flush=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_training(cfg: WorkerConfig, *, rank: int = 0, world_size: int = 1,
+                 device: torch.device | str = "cpu") -> dict:
+    """Train for ``cfg.steps`` optimizer steps; returns losses, step times and parameters.
+
+    ``cfg.threads`` > 0 sets torch's CPU threads for the run (restored afterwards).
+    Uses DDP when a process group is initialised, otherwise plain single-process training
+    with the same data order: what N ranks x batch b see at a step is what one process sees
+    with batch N*b, or with batch b and ``accum=N``. Accumulation micro-steps run under
+    ``no_sync`` (gradients are all-reduced once per optimizer step, not per micro-batch).
+    """
+    cfg.validate()
+    device, threads_before = torch.device(device), torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train(cfg, rank, world_size, device)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) -> dict:
+    from contextlib import nullcontext
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .data import load_corpus
+    from .models import build_model
+    from .train import task_loss, to_device
+
+    corpus = load_corpus(scale=cfg.data_scale)
+    loader = make_loader(corpus.train, cfg, rank=rank, world_size=world_size)
+    per_epoch = len(loader) // cfg.accum
+    if per_epoch < 1:
+        raise ValueError(f"data_scale={cfg.data_scale} leaves no full step for batch_size="
+                         f"{cfg.batch_size} x accum={cfg.accum} x {world_size} ranks")
+    torch.manual_seed(cfg.seed)   # the same initial weights everywhere
+    model = build_model(len(corpus.vocab), preset="student", d_model=cfg.d_model,
+                        n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff).to(device)
+    ddp = dist.is_available() and dist.is_initialized()
+    net = DDP(model, device_ids=[device] if device.type == "cuda" else None) if ddp else model
+    opt = (torch.optim.AdamW(net.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
+           else torch.optim.SGD(net.parameters(), lr=cfg.lr))
+    loss_fn = task_loss("classification")
+    losses, times, step, epoch = [], [], 0, 0
+    while step < cfg.steps:
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(epoch)   # a new shuffle per epoch, the same on all ranks
+        batches = iter(loader)
+        for _ in range(min(per_epoch, cfg.steps - step)):
+            _sync(device)
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro in range(cfg.accum):
+                batch = to_device(next(batches), device)
+                last = micro == cfg.accum - 1
+                with net.no_sync() if ddp and not last else nullcontext():
+                    loss = loss_fn(net, batch) / cfg.accum
+                    loss.backward()       # DDP: all-reduce overlaps with this backward
+                total += float(loss.detach())
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
+            opt.step()
+            _sync(device)
+            times.append(time.perf_counter() - t0)
+            losses.append(total)
+            step += 1
+            if step % max(1, cfg.steps // 4) == 0 or step == cfg.steps:
+                _log(f"step {step}/{cfg.steps} local loss {total:.4f}", rank=rank,
+                     world_size=world_size)
+        epoch += 1
+    params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+    loss_t = torch.tensor(losses, device=device)
+    divergence = 0.0
+    if ddp:   # the global loss (mean over ranks), and a check that replicas stayed equal
+        dist.all_reduce(loss_t)
+        loss_t /= world_size
+        ref = params.clone().to(device)
+        dist.broadcast(ref, src=0)
+        div = (params.to(device) - ref).abs().max().reshape(1)
+        dist.all_reduce(div, op=dist.ReduceOp.MAX)
+        divergence = float(div)
+    steady = sorted(times[1:] or times)
+    return {"world_size": world_size, "device": str(device), "threads": torch.get_num_threads(),
+            "global_batch": cfg.batch_size * cfg.accum * world_size, "losses": loss_t.tolist(),
+            "step_times": times, "median_step_s": steady[len(steady) // 2],
+            "replica_divergence": divergence, "n_params": int(params.numel()),
+            "params": params}
+
+
+def allreduce_demo(*, rank: int, world_size: int, device: torch.device,
+                   sizes: Sequence[int] = (1_000, 100_000, 1_000_000), repeats: int = 5) -> dict:
+    """Each rank contributes ``[rank + 1] * 4``; after ``all_reduce`` all hold the sum. Then
+    times ``all_reduce`` of float32 tensors of ``sizes`` elements (median of ``repeats``)."""
+    x = torch.full((4,), float(rank + 1), device=device)
+    _log(f"before all_reduce: {x.tolist()}", rank=rank, world_size=world_size, all_ranks=True)
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    _log(f"after  all_reduce: {x.tolist()}", rank=rank, world_size=world_size, all_ranks=True)
+    timings = []
+    for n in sizes:
+        buf = torch.ones(int(n), device=device)
+        dist.all_reduce(buf)   # warm-up
+        samples = []
+        for _ in range(repeats):
+            dist.barrier()
+            _sync(device)
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            _sync(device)
+            samples.append(time.perf_counter() - t0)
+        timings.append({"elements": int(n), "bytes": 4 * int(n),
+                        "seconds": sorted(samples)[len(samples) // 2]})
+    return {"world_size": world_size, "reduced": x.tolist(), "timings": timings}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):   # a ValueError, not sys.exit, when called from a notebook
+        raise ValueError(f"course_lib.distributed: {message}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[WorkerConfig, str | None]:
+    """Worker options -> (config, results path); bad options raise ValueError."""
+    p = _Parser(prog="python -m course_lib.distributed", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = WorkerConfig()
+    for name, value in asdict(defaults).items():
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=type(value), default=None, help=f"default {value!r}")
+    p.add_argument("--dry-run", action="store_true", help="a tiny model, 3 steps (seconds)")
+    p.add_argument("--out", default=None, help="JSON results file written by rank 0")
+    args = vars(p.parse_args(argv))
+    out, dry = args.pop("out"), args.pop("dry_run")
+    base = replace(defaults, **DRY_RUN) if dry else defaults
+    cfg = replace(base, **{k: v for k, v in args.items() if v is not None})
+    cfg.validate()
+    return cfg, out
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(path)   # atomic: a reader never sees half a file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """torchrun entry point: reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_* from the env."""
+    cfg, out = parse_args(argv)
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    try:
+        backend = resolve_backend(cfg.backend)
+        device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        threads = cfg.threads or auto_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        torch.set_num_threads(threads)
+        if "RANK" in os.environ:   # under torchrun; a plain `python -m` runs one process
+            dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s),
+                                    **({"device_id": device} if device.type == "cuda" else {}))
+        _log(f"backend {backend}, device {device}, {threads} thread(s) per process",
+             rank=rank, world_size=world_size)
+        if cfg.fail_rank == rank:   # its peers are left waiting in their first collective
+            raise RuntimeError(f"deliberate failure on rank {rank} (--fail-rank)")
+        result = {}
+        if cfg.mode in ("allreduce", "both"):
+            result["allreduce"] = allreduce_demo(rank=rank, world_size=world_size, device=device)
+        if cfg.mode in ("train", "both"):
+            result.update(run_training(cfg, rank=rank, world_size=world_size, device=device))
+        if rank == 0 and out:
+            params = result.pop("params", None)
+            if params is not None:
+                torch.save(params, Path(out).with_suffix(".params.pt"))
+            _write_json(Path(out), {**result, "backend": backend, "config": asdict(cfg)})
+        if dist.is_initialized():
+            dist.barrier()
+        _log("done", rank=rank, world_size=world_size)
+    except BaseException as err:   # tell the launcher which rank failed and why
+        if out:
+            _write_json(Path(out).with_suffix(f".rank{rank}.error.json"),
+                        {"rank": rank, "type": type(err).__name__, "message": str(err),
+                         "traceback": traceback.format_exc(), "time": time.time()})
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""DDP worker, samplers, torchrun launcher and scaling model (lesson 08).
+
+The launcher tests start real 2-rank gloo jobs on the CPU (a few seconds each, dominated by
+process start); each has a timeout so a stuck job fails instead of hanging.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from course_lib.data import load_corpus
+from course_lib.ddp_launch import (DistributedRunError, launch, ring_allreduce_seconds,
+                                   scaling_model, torchrun_command)
+from course_lib.distributed import (DRY_RUN, ShardedBatchSampler, WorkerConfig, make_loader,
+                                    parse_args, resolve_backend, run_training)
+
+
+def test_backend_auto_and_bad_names():
+    assert resolve_backend("auto") == ("nccl" if torch.cuda.is_available() else "gloo")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        resolve_backend("mpi-ish")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="nccl"):
+            resolve_backend("nccl")
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="nproc must be >= 1"):
+        torchrun_command([], nproc=0)
+    with pytest.raises(ValueError, match="nproc must be >= 1"):
+        launch([], nproc=0)
+    with pytest.raises(ValueError, match="timeout"):
+        launch([], nproc=1, timeout=0)
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        torchrun_command([], nproc=2, nnodes=2)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        parse_args(["--backend", "foo"])
+    with pytest.raises(ValueError, match="backend must be one of"):
+        launch(["--backend", "foo"], nproc=2)        # rejected before any process starts
+    with pytest.raises(ValueError, match="unrecognized arguments"):
+        parse_args(["--no-such-option"])
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        parse_args(["--steps", "0"])
+    with pytest.raises(ValueError, match="rank must be in"):
+        ShardedBatchSampler([[0]], num_replicas=2, rank=2)
+
+
+def test_torchrun_command_single_and_multi_node():
+    one = torchrun_command(["--dry-run"], nproc=2)
+    assert "--standalone" in one and one[-3:] == ["-m", "course_lib.distributed", "--dry-run"]
+    multi = torchrun_command([], nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="node0:29500")
+    assert "--standalone" not in multi and "node0:29500" in multi and "4" in multi
+
+
+@pytest.mark.parametrize("n_batches,ranks", [(8, 2), (9, 2), (10, 3), (1, 2)])
+def test_sharded_batch_sampler_shares(n_batches, ranks):
+    batches = [[2 * i, 2 * i + 1] for i in range(n_batches)]
+    everything = {i for b in batches for i in b}
+    for drop_last in (True, False):
+        shards = [list(ShardedBatchSampler(batches, num_replicas=ranks, rank=r,
+                                           drop_last=drop_last)) for r in range(ranks)]
+        assert len({len(s) for s in shards}) == 1, "every rank must take the same steps"
+        assert all(len(s) == len(ShardedBatchSampler(batches, num_replicas=ranks, rank=0,
+                                                     drop_last=drop_last)) for s in shards)
+        seen = [i for s in shards for b in s for i in b]
+        if drop_last:
+            assert len(seen) == len(set(seen)), "shares must be disjoint"
+        else:
+            assert set(seen) == everything, "shares must cover the data"
+        if n_batches % ranks == 0:
+            assert sorted(seen) == sorted(everything)
+
+
+@pytest.mark.parametrize("sampler", ["distributed", "bucketed"])
+def test_rank_loaders_are_disjoint_and_cover_an_epoch(sampler):
+    data = load_corpus(scale=0.02).train          # 80 reviews
+    cfg = WorkerConfig(batch_size=4, sampler=sampler)
+    ranks = 2
+    seen = [[int(i) for batch in make_loader(data, cfg, rank=r, world_size=ranks)
+             for i in batch["index"]] for r in range(ranks)]
+    assert len(seen[0]) == len(seen[1]) > 0
+    assert not set(seen[0]) & set(seen[1])
+    assert set(seen[0]) | set(seen[1]) == set(range(len(data)))   # 80 = 2 ranks x 10 x 4
+
+
+@pytest.mark.timeout(240)
+def test_two_ranks_match_one_process_and_accumulation():
+    # SGD: its update is linear in the gradient, so rounding stays at rounding level. (Adam's
+    # m / sqrt(v) turns a rounding-level difference in a near-zero gradient into ~lr.)
+    sgd = {"steps": 4, "optimizer": "sgd", "lr": 0.1, "threads": 1}
+    ddp = launch(["--dry-run", "--steps", "4", "--optimizer", "sgd", "--lr", "0.1"], nproc=2,
+                 timeout=200, echo=False)
+    assert ddp["world_size"] == 2 and ddp["backend"] == "gloo"
+    assert ddp["replica_divergence"] == 0.0
+    threads = torch.get_num_threads()
+    big = run_training(WorkerConfig(**{**DRY_RUN, **sgd, "batch_size": 8}))
+    accum = run_training(WorkerConfig(**{**DRY_RUN, **sgd, "accum": 2}))
+    assert torch.get_num_threads() == threads, "run_training must restore the thread count"
+    assert big["global_batch"] == accum["global_batch"] == ddp["global_batch"] == 8
+    assert (ddp["params"] - big["params"]).abs().max() <= 1e-5
+    assert (accum["params"] - big["params"]).abs().max() <= 1e-5
+    assert ddp["losses"] == pytest.approx(big["losses"], abs=1e-5)
+
+
+@pytest.mark.timeout(240)
+def test_failing_worker_raises_naming_the_rank():
+    t0 = time.perf_counter()
+    with pytest.raises(DistributedRunError, match="rank 1 failed.*deliberate") as info:
+        launch(["--dry-run", "--fail-rank", "1"], nproc=2, timeout=200, echo=False)
+    assert info.value.rank == 1
+    assert time.perf_counter() - t0 < 200
+
+
+@pytest.mark.timeout(120)
+def test_launcher_timeout_kills_the_job():
+    t0 = time.perf_counter()
+    with pytest.raises(DistributedRunError, match="did not finish within"):
+        launch(["--dry-run"], nproc=2, timeout=1.5, echo=False)
+    assert time.perf_counter() - t0 < 30
+
+
+def test_ring_allreduce_and_scaling_model():
+    assert ring_allreduce_seconds(1e9, ranks=1, bandwidth=1e9) == 0.0
+    assert ring_allreduce_seconds(1e9, ranks=2, bandwidth=1e9) == pytest.approx(1.0)
+    assert ring_allreduce_seconds(1e9, ranks=1000, bandwidth=1e9) < 2.0   # -> 2 x bytes/bw
+    one = scaling_model(params=1e8, ranks=1, bandwidth=1e10, tokens_per_rank=1e4, flops=1e14)
+    assert one["speedup"] == pytest.approx(1.0)
+    slow = scaling_model(params=1e8, ranks=8, bandwidth=1e9, tokens_per_rank=1e4, flops=1e14)
+    fast = scaling_model(params=1e8, ranks=8, bandwidth=1e11, tokens_per_rank=1e4, flops=1e14)
+    assert slow["speedup"] < fast["speedup"] <= 8
+    with pytest.raises(ValueError, match="ranks must be >= 1"):
+        ring_allreduce_seconds(1.0, ranks=0, bandwidth=1.0)
+    with pytest.raises(ValueError, match="overlap"):
+        scaling_model(params=1, ranks=2, bandwidth=1, tokens_per_rank=1, flops=1, overlap=2)
