@@ -41,8 +41,10 @@ test-unit: $(STAMP)
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m notebooks
 
+# JupyterLab + headless Chromium (/usr/bin/chromium; CHROMIUM=... overrides); screenshots in
+# build/browser/. Skips with the reason when chromium or playwright is missing.
 test-browser: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m browser
+	$(BIN)/python -m pytest -q tests/browser -m browser
 
 report: $(STAMP)
 	$(BIN)/python -m course_lib.report --out build

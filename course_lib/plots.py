@@ -5,16 +5,40 @@ backend never auto-displays it; lessons and widgets ``display`` it exactly once.
 """
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
 
+def _figure_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def register_figure_png() -> None:
+    """Teach IPython's ``display`` to render a pyplot-free ``Figure`` as a PNG image.
+
+    pyplot's inline backend normally registers this; our figures bypass pyplot, so without it
+    ``display(fig)`` would show only ``<Figure size ...>``. A no-op outside IPython.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    ip.display_formatter.formatters["image/png"].for_type(Figure, _figure_png)
+
+
 def new_figure(ncols: int = 1, *, width: float = 6.0, height: float = 3.6, nrows: int = 1):
     """A figure and its axes (a single Axes when there is one panel)."""
     if ncols < 1 or nrows < 1:
         raise ValueError(f"ncols and nrows must be >= 1, got {ncols}, {nrows}")
+    register_figure_png()
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=True)
     return fig, axes

@@ -35,14 +35,18 @@ def _show(result) -> None:
     if isinstance(result, str):
         print(result)
         return
+    if isinstance(result, Figure):
+        from .plots import register_figure_png
+        register_figure_png()
     display(result)
     if isinstance(result, Figure):
         result.clear()   # free memory; the figure was rendered to an image by display
 
 
 def explore(update: Callable[..., object], controls: dict[str, widgets.ValueWidget], *,
-            title: str = "", columns: int = 3) -> widgets.Widget | None:
-    """Show ``controls`` and the output of ``update``; returns the widget (None when static)."""
+            title: str = "", columns: int = 3) -> None:
+    """Show ``controls`` and the output of ``update`` (displayed here, so nothing is returned:
+    a returned widget would be displayed a second time as the cell's value)."""
     if not controls:
         raise ValueError("controls must hold at least one widget")
     values = lambda: {k: w.value for k, w in controls.items()}  # noqa: E731
@@ -50,7 +54,7 @@ def explore(update: Callable[..., object], controls: dict[str, widgets.ValueWidg
         print((title + ": " if title else "") + "static figure for the default settings "
               "(run the notebook in Jupyter to move the controls)")
         _show(update(**values()))
-        return None
+        return
     out = widgets.Output()
     box = widgets.VBox([widgets.HTML(f"<b>{title}</b>")] if title else [])
 
@@ -68,4 +72,3 @@ def explore(update: Callable[..., object], controls: dict[str, widgets.ValueWidg
     box.children = (*box.children, *rows, out)
     display(box)
     refresh()
-    return box
