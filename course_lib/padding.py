@@ -72,3 +72,69 @@ def token_efficiency(mask: torch.Tensor) -> float:
     if mask.numel() == 0:
         raise ValueError("mask must not be empty")
     return float(mask.sum()) / mask.numel()
+
+
+def fixed_length(seqs: Sequence[torch.Tensor], *, max_length: int, pad_id: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pad or truncate every sequence to exactly ``max_length`` (the "pad to 512" recipe).
+
+    Returns ``(ids, mask, n_truncated_tokens)`` like :func:`pad_batch`; the count of cut tokens
+    is returned, never dropped silently.
+    """
+    return pad_batch(seqs, pad_id=pad_id, max_length=max_length)
+
+
+def lengths_to_mask(lengths: Sequence[int] | torch.Tensor, *, width: int | None = None
+                    ) -> torch.Tensor:
+    """(B, width) bool mask, True on the first ``lengths[i]`` positions of row i (real tokens)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    if lengths.numel() == 0:
+        raise ValueError("lengths must not be empty")
+    if int(lengths.min()) < 1:
+        raise ValueError(f"lengths must all be >= 1, got min {int(lengths.min())}")
+    width = int(lengths.max()) if width is None else width
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    return torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def key_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """PyTorch's ``src_key_padding_mask`` (True = padding, ignore) from ours (True = real)."""
+    if attention_mask.dtype != torch.bool:
+        raise ValueError(f"attention_mask must be bool, got {attention_mask.dtype}")
+    return ~attention_mask
+
+
+def padded_tokens(lengths: Sequence[int], *, max_length: int | None = None,
+                  pad_to_multiple_of: int | None = None) -> tuple[int, int]:
+    """``(real, processed)`` token counts of one batch with these lengths, without building it.
+
+    ``real`` counts tokens kept after truncation to ``max_length``; ``processed`` is
+    batch size x padded width, the work the model does.
+    """
+    lengths = [int(n) for n in lengths]
+    if not lengths:
+        raise ValueError("lengths must not be empty")
+    if min(lengths) < 1:
+        raise ValueError(f"lengths must all be >= 1, got min {min(lengths)}")
+    width = max_length if max_length is not None else max(lengths)
+    if pad_to_multiple_of is not None:
+        if pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    real = sum(min(n, width) for n in lengths)
+    return real, len(lengths) * width
+
+
+def batches_efficiency(lengths: Sequence[int], batches: Sequence[Sequence[int]], *,
+                       max_length: int | None = None,
+                       pad_to_multiple_of: int | None = None) -> float:
+    """Token efficiency (real / processed tokens) of a whole epoch of index batches."""
+    if not batches:
+        raise ValueError("batches must not be empty")
+    real = processed = 0
+    for b in batches:
+        r, p = padded_tokens([lengths[i] for i in b], max_length=max_length,
+                             pad_to_multiple_of=pad_to_multiple_of)
+        real, processed = real + r, processed + p
+    return real / processed

@@ -77,3 +77,147 @@ def test_bucket_sampler_bad_input():
         BucketBatchSampler([], batch_size=2)
     with pytest.raises(ValueError, match=">= 1"):
         BucketBatchSampler([0, 2], batch_size=2)
+
+
+# --- lesson 01/02 additions -------------------------------------------------------------
+from course_lib.batching import (TokenBudgetBatchSampler, UniformLengthBatchSampler,
+                                 make_loader, uniform_length_batches)
+from course_lib.padding import (batches_efficiency, fixed_length, key_padding_mask,
+                                lengths_to_mask, padded_tokens)
+
+LENGTHS = st.lists(st.integers(1, 200), min_size=1, max_size=200)
+
+
+@given(LENGTHS, st.integers(1, 64), st.integers(1, 8))
+def test_masks_mark_exactly_the_real_tokens(lengths, width_extra, multiple):
+    seqs = [torch.full((n,), 7) for n in lengths]
+    ids, mask, _ = pad_batch(seqs, pad_to_multiple_of=multiple)
+    assert ids.shape[1] % multiple == 0
+    assert torch.equal(mask, lengths_to_mask(lengths, width=ids.shape[1]))
+    assert torch.equal(mask, ids == 7) and torch.equal(key_padding_mask(mask), ids == 0)
+    assert padded_tokens(lengths, pad_to_multiple_of=multiple) == (sum(lengths), mask.numel())
+    width = max(lengths) + width_extra
+    ids, mask, cut = fixed_length(seqs, max_length=width)
+    assert ids.shape == (len(lengths), width) and cut == 0 and int(mask.sum()) == sum(lengths)
+
+
+@given(LENGTHS, st.integers(1, 100))
+def test_fixed_length_never_cuts_silently(lengths, max_length):
+    _, mask, cut = fixed_length([torch.ones(n) for n in lengths], max_length=max_length)
+    assert cut == sum(max(0, n - max_length) for n in lengths)
+    assert int(mask.sum()) + cut == sum(lengths)
+    assert padded_tokens(lengths, max_length=max_length)[0] == int(mask.sum())
+
+
+def _check_epoch(batches, n, labels=None):
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(n)), "every index exactly once"
+
+
+@settings(max_examples=40, deadline=None)
+@given(LENGTHS, st.integers(1, 17), st.booleans(), st.integers(0, 99))
+def test_uniform_length_is_pure_and_aligned(lengths, bs, shuffle, seed):
+    before = list(lengths)
+    labels = [n % 3 for n in lengths]
+    s = UniformLengthBatchSampler(lengths, batch_size=bs, shuffle=shuffle, seed=seed)
+    batches = list(s)
+    assert lengths == before                      # the caller's list is untouched
+    _check_epoch(batches, len(lengths))
+    assert all(labels[i] == lengths[i] % 3 for b in batches for i in b)
+    plain = uniform_length_batches(lengths, batch_size=bs)
+    if not shuffle:
+        assert batches == plain
+    widths = [max(lengths[i] for i in b) for b in plain]
+    assert widths == sorted(widths)
+
+
+@settings(max_examples=40, deadline=None)
+@given(LENGTHS, st.integers(200, 2000), st.one_of(st.none(), st.integers(1, 40)),
+       st.one_of(st.none(), st.integers(1, 16)), st.integers(1, 300), st.booleans())
+def test_token_budget_respected_and_complete(lengths, max_tokens, max_bs, multiple, mega,
+                                             drop_last):
+    longest = -(-max(lengths) // multiple) * multiple if multiple else max(lengths)
+    if longest > max_tokens:
+        with pytest.raises(ValueError, match="max_tokens"):
+            TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, multiple_of=multiple)
+        return
+    s = TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, max_batch_size=max_bs,
+                                multiple_of=multiple, megabatch_size=mega, drop_last=drop_last)
+    n_batches = len(s)
+    batches = list(s)
+    assert len(batches) == n_batches
+    for b in batches:
+        assert s.cost(b) <= max_tokens and (max_bs is None or len(b) <= max_bs)
+    if not drop_last:
+        _check_epoch(batches, len(lengths))
+    else:
+        flat = [i for b in batches for i in b]
+        assert len(flat) == len(set(flat))
+
+
+@settings(max_examples=30, deadline=None)
+@given(LENGTHS, st.integers(1, 9), st.integers(1, 4), st.sampled_from(["bucket", "uniform",
+                                                                          "budget"]))
+def test_rank_aware_variants_partition_the_data(lengths, bs, replicas, kind):
+    def make(rank):
+        if kind == "bucket":
+            return BucketBatchSampler(lengths, batch_size=bs, megabatch_size=3, seed=5,
+                                      num_replicas=replicas, rank=rank)
+        if kind == "uniform":
+            return UniformLengthBatchSampler(lengths, batch_size=bs, seed=5,
+                                             num_replicas=replicas, rank=rank)
+        return TokenBudgetBatchSampler(lengths, max_tokens=400, seed=5, num_replicas=replicas,
+                                       rank=rank)
+    samplers = [make(r) for r in range(replicas)]
+    for epoch in range(2):
+        for s in samplers:
+            s.set_epoch(epoch)
+        per_rank = [list(s) for s in samplers]
+        counts = [len(p) for p in per_rank]
+        assert max(counts) - min(counts) <= 1
+        _check_epoch([b for p in per_rank for b in p], len(lengths))
+
+
+def test_bucket_sampler_keeps_training_random_no_sawtooth():
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, 500, (3200,), generator=g).tolist()
+    width = lambda batches: [max(lengths[i] for i in b) for b in batches]  # noqa: E731
+    sorted_w = width(list(UniformLengthBatchSampler(lengths, batch_size=32, shuffle=False)))
+    bucket_w = width(list(BucketBatchSampler(lengths, batch_size=32, seed=0)))
+    corr = lambda w: float(torch.corrcoef(torch.tensor([list(range(len(w))), w],  # noqa: E731
+                                                       dtype=torch.float))[0, 1])
+    assert corr(sorted_w) > 0.95 and abs(corr(bucket_w)) < 0.3
+    assert batches_efficiency(lengths, list(BucketBatchSampler(lengths, batch_size=32))) > 0.9
+
+
+def test_new_samplers_bad_input():
+    with pytest.raises(ValueError, match="batch_size"):
+        UniformLengthBatchSampler([1, 2], batch_size=0)
+    with pytest.raises(ValueError, match="lengths"):
+        TokenBudgetBatchSampler([], max_tokens=10)
+    with pytest.raises(ValueError, match="lengths"):
+        UniformLengthBatchSampler([-3, 2], batch_size=1)
+    with pytest.raises(ValueError, match="max_tokens must be >= the longest"):
+        TokenBudgetBatchSampler([5, 50], max_tokens=40)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        TokenBudgetBatchSampler([5], max_tokens=40, max_batch_size=0)
+    with pytest.raises(ValueError, match="rank"):
+        BucketBatchSampler([1, 2], batch_size=1, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="num_replicas"):
+        BucketBatchSampler([1, 2], batch_size=1, num_replicas=0)
+    with pytest.raises(ValueError, match="lengths"):
+        lengths_to_mask([0, 2])
+    with pytest.raises(ValueError, match="batches"):
+        batches_efficiency([1], [])
+
+
+def test_make_loader_with_a_subset():
+    from torch.utils.data import Subset
+
+    items = [{"input_ids": torch.tensor([3] * n), "label": n % 2, "rating": 1.0, "length": n,
+              "index": i} for i, n in enumerate([4, 9, 2, 7, 5])]
+    sub = Subset(items, [1, 3, 4])
+    loader = make_loader(sub, batch_size=2, lengths=[9, 7, 5], pad_to_multiple_of=8)
+    batches = list(loader)
+    assert sorted(int(i) for b in batches for i in b["index"]) == [1, 3, 4]
+    assert all(b["input_ids"].shape[1] % 8 == 0 for b in batches)
