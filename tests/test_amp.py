@@ -1,0 +1,104 @@
+"""course_lib.amp: the AMP loop on CPU, the gradient scaler's reaction to inf, no deprecations."""
+import warnings
+
+import pytest
+import torch
+
+from course_lib import amp
+from course_lib.models import build_model
+
+
+def toy_loader(n_batches=4, batch=8, length=12, vocab=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        ids = torch.randint(1, vocab, (batch, length), generator=g)
+        labels = (ids[:, 0] > vocab // 2).long()   # learnable: depends on the first token
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
+                    "labels": labels, "ratings": labels.float() * 4 + 1})
+    return out
+
+
+def tiny(n_outputs=2):
+    torch.manual_seed(0)
+    return build_model(50, preset="student", d_model=32, d_ff=64, n_outputs=n_outputs)
+
+
+def test_bf16_loop_runs_and_lowers_the_loss():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        h = amp.amp_train(tiny(), toy_loader(), precision_name="bf16", steps=40, lr=3e-3)
+    assert len(h.loss) == 40 and h.skipped_steps == 0 and set(h.scale) == {1.0}
+    assert sum(h.loss[-8:]) / 8 < sum(h.loss[:8]) / 8
+
+
+def test_injected_inf_skips_the_step_and_halves_the_scale():
+    model = tiny()
+    h = amp.amp_train(model, toy_loader(n_batches=2), precision_name="fp16", steps=4,
+                      init_scale=256.0, inject_inf_at=[2])
+    assert h.skipped == [False, False, True, False]
+    assert h.scale[2] == h.scale[1] / 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_scaler_grows_after_growth_interval():
+    h = amp.amp_train(tiny(), toy_loader(n_batches=2), precision_name="fp16", steps=3,
+                      init_scale=8.0, growth_interval=1)
+    assert h.scale == [16.0, 32.0, 64.0] and h.skipped_steps == 0
+
+
+def test_regression_task_runs():
+    h = amp.amp_train(tiny(n_outputs=1), toy_loader(), precision_name="bf16", steps=3,
+                      task="regression")
+    assert len(h.loss) == 3
+
+
+def test_layer_and_op_dtypes_under_bf16():
+    rows = dict((n, d) for n, _, d in amp.layer_output_dtypes(
+        tiny(), toy_loader()[0], device="cpu", dtype=torch.bfloat16))
+    assert rows["encoder.layers.0.linear1"] == "bfloat16"
+    assert rows["encoder.layers.0.norm1"] == "float32" and rows["loss"] == "float32"
+    ops = dict(amp.op_output_dtypes("cpu", torch.bfloat16))
+    assert ops["matmul"] == "bfloat16" and ops["softmax"] == "float32"
+
+
+def test_precision_choice_and_step_fn():
+    assert amp.choose_precision("cpu").name in ("bf16", "fp32")
+    assert amp.precision("fp16").use_scaler and not amp.precision("bf16").use_scaler
+    step = amp.make_step_fn(tiny(), toy_loader()[0], precision_name="bf16", device="cpu")
+    step()
+    assert amp.synthetic_step(precision_name="fp32", vocab_size=50, preset="student",
+                              batch_size=2, length=8) is None
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="name must be one of"):
+        amp.precision("fp8")
+    with pytest.raises(ValueError, match="steps must be"):
+        amp.amp_train(tiny(), toy_loader(), steps=0)
+    with pytest.raises(ValueError, match="init_scale"):
+        amp.make_scaler("cpu", init_scale=float("inf"))
+
+
+def test_evaluate_under_bf16_autocast_in_eval_mode():
+    from torch.utils.data import Dataset
+
+    class DS(Dataset):
+        def __init__(self, b):
+            self.items = [{"rating": float(r), "label": int(lab)} for r, lab in zip(b["ratings"], b["labels"])]
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+    class Loader(list):
+        dataset = None
+
+    b = dict(toy_loader(n_batches=1)[0], index=torch.arange(8))
+    loader = Loader([b])
+    loader.dataset = DS(b)
+    got = amp.evaluate_amp(tiny(n_outputs=1), loader, task="regression", precision_name="bf16")
+    assert got["mae"] > 0 and torch.backends.mha.get_fastpath_enabled()

@@ -1,0 +1,116 @@
+"""course_lib.floats: bit layouts against torch's own dtypes, the derived table, rounding."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_lib import floats
+from course_lib.floats import FORMATS
+
+STORED = [n for n, f in FORMATS.items() if f.dtype is not None]
+INT = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def torch_value(bits: int, name: str) -> float:
+    f = FORMATS[name]
+    signed = bits - (1 << f.bits) if f.bits > 8 and bits >> (f.bits - 1) else bits
+    return torch.tensor([signed], dtype=INT[f.bits]).view(f.dtype).double().item()
+
+
+def same(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1, a) == math.copysign(1, b)
+
+
+@pytest.mark.parametrize("name", STORED)
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_bit_round_trip_matches_torch_bit_view(name, data):
+    f = FORMATS[name]
+    bits = data.draw(st.integers(0, (1 << f.bits) - 1))
+    value = floats.decode(bits, name)
+    assert same(value, torch_value(bits, name))
+    if not math.isnan(value):
+        assert floats.encode(value, name) == bits
+
+
+@pytest.mark.parametrize("name", [n for n in STORED if n != "fp64"])
+@settings(max_examples=300, deadline=None)
+@given(x=st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_rounding_matches_torch_conversion(name, x):
+    assert floats.encode(x, name) == floats.torch_bits(x, name)
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_derived_table_equals_finfo(name):
+    for what, (derived, torch_says) in floats.check_finfo(name).items():
+        assert derived == torch_says, (name, what)
+
+
+def test_table_covers_every_format():
+    rows = floats.table()
+    assert [r["format"] for r in rows] == list(FORMATS)
+    assert {r["format"]: r["max"] for r in rows}["fp8_e4m3"] == 448.0
+
+
+def test_fp8_hand_computed_cases():
+    # E4M3: 0.1 = 1.6 * 2^-4 -> mantissa 1.101b = 1.625; E5M2 -> 1.10b = 1.5
+    assert floats.round_to("0.1", "fp8_e4m3") == 1.625 / 16
+    assert floats.round_to("0.1", "fp8_e5m2") == 1.5 / 16
+    assert floats.round_to(448, "fp8_e4m3") == 448 and floats.round_to(1e6, "fp8_e4m3") == 448
+    assert floats.encode(448, "fp8_e4m3") == 0b0_1111_110
+    assert floats.round_to(57344, "fp8_e5m2") == 57344
+    assert floats.round_to(61440, "fp8_e5m2") == math.inf      # tie at max + half ulp -> inf
+    assert floats.round_to(2.0 ** -9, "fp8_e4m3") == 2.0 ** -9   # smallest subnormal
+    assert floats.round_to(2.0 ** -11, "fp8_e4m3") == 0.0         # below half of it
+    assert floats.classify(0b0_1111_111, "fp8_e4m3") == "nan"
+    assert floats.classify(0b0_11111_00, "fp8_e5m2") == "inf"
+
+
+def test_tf32_hand_computed_cases():
+    # ulp(1) = 2^-10: a half-ulp tie goes to even (1.0); 1.5 ulp goes up to 2 ulp
+    assert floats.round_to(1 + 2 ** -11, "tf32") == 1.0
+    assert floats.round_to(1 + 3 * 2 ** -11, "tf32") == 1 + 2 ** -9
+    assert floats.round_to("3.14159", "tf32") == 3.140625
+    x = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 3.14159, math.inf, -2.5e-3])
+    want = [floats.round_to(float(v), "tf32") for v in x[[0, 1, 2, 4]]]
+    got = floats.simulate_tf32(x)
+    assert got[[0, 1, 2, 4]].tolist() == want and got[3] == math.inf
+    assert (got.view(torch.int32)[[0, 1, 2, 4]] & 0x1FFF == 0).all()
+
+
+def test_store_reports_error_of_the_decimal():
+    s = floats.store("0.1", "fp32")
+    assert s.stored == torch.tensor(0.1, dtype=torch.float32).item()
+    assert s.sign == "0" and len(s.exponent) == 8 and len(s.mantissa) == 23
+    assert 0 < s.abs_error < 2e-9 and s.kind == "normal"
+    assert floats.store("0.1", "fp64").abs_error > 0   # even fp64 cannot hold 0.1
+    assert floats.store(70000, "fp16").kind == "inf"
+    assert floats.store(1e-7, "fp16").kind == "subnormal"
+    assert floats.store(1e-8, "fp16").kind == "zero"   # below half the smallest subnormal
+
+
+def test_running_sum_stalls_in_fp16():
+    v = torch.full((4096,), 1e-4)
+    assert abs(floats.running_sum(v, "fp32")[-1].item() - 0.4096) < 1e-3
+    assert floats.running_sum(v, "fp16")[-1].item() < 0.3
+
+
+def test_bad_input_gives_clear_errors():
+    with pytest.raises(ValueError, match="format must be one of"):
+        floats.encode(1.0, "fp12")
+    with pytest.raises(ValueError, match="finite"):
+        floats.store("inf", "fp16")
+    with pytest.raises(ValueError, match="finite"):
+        floats.store("abc", "fp16")
+    with pytest.raises(ValueError, match="no infinity"):
+        floats.encode(math.inf, "fp8_e4m3")
+    with pytest.raises(ValueError, match="torch dtype"):
+        floats.check_finfo("tf32")
+    with pytest.raises(ValueError, match="bits must be in"):
+        floats.decode(1 << 16, "fp16")
+    with pytest.raises(ValueError, match="float32"):
+        floats.simulate_tf32(torch.ones(2, dtype=torch.float64))
