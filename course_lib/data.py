@@ -105,13 +105,13 @@ class CorpusConfig:
     length_sigma: float = 0.75    # log-normal sigma: the heavy tail
     min_length: int = 8
     max_length: int = 512
-    p_negate: float = 0.2         # chance an opinion phrase is negated
+    p_negate: float = 0.25        # chance an opinion phrase is negated
     p_opener: float = 0.1         # chance a sentence starts with a distant negation
     p_contrast: float = 0.2       # chance an opinion sentence is "X but Y"
     p_intensify: float = 0.3      # chance an adjective gets an intensifier
     tokens_per_opinion: float = 40.0  # one opinion sentence per this many tokens (Poisson)
-    max_opinions: int = 3         # long reviews are mostly neutral text around a few opinions
-    min_margin: float = 2.0       # |score| below this is redrawn: labels stay decidable
+    max_opinions: int = 2         # long reviews are mostly neutral text around a few opinions
+    min_margin: float = 1.0       # |score| below this is redrawn: labels stay decidable
     seed: int = 0
 
     def validate(self) -> None:

@@ -148,9 +148,13 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
     device = torch.device(device)
     model.eval().to(device)
     outs, idx = [], []
-    with warnings.catch_warnings():
+    from .quant import mha_fastpath
+
+    with warnings.catch_warnings(), mha_fastpath(autocast_dtype is None):
         # PyTorch's nested-tensor fast path announces its prototype status on every call.
         warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+        # Under CPU autocast the fused encoder fast path fails in torch 2.13 ("expected
+        # scalar type Float but found BFloat16"): switch it off for that case only.
         return _predict(model, loader, device, autocast_dtype, outs, idx)
 
 

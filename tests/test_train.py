@@ -66,3 +66,12 @@ def test_warmup_cosine_schedule():
 def test_bad_train_config(kw, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kw).validate()
+
+
+def test_evaluate_under_bf16_autocast_matches_fp32_closely(corpus):
+    model = small(corpus)
+    loader = make_loader(corpus.val, batch_size=16, shuffle=False)
+    a = evaluate(model, loader)["accuracy"]
+    b = evaluate(model, loader, autocast_dtype=torch.bfloat16)["accuracy"]
+    assert abs(a - b) <= 0.1
+    assert torch.backends.mha.get_fastpath_enabled()   # restored afterwards
