@@ -11,11 +11,11 @@ the flattened real tokens) is the index FlashAttention's variable-length kernels
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import Sampler
+from .batching import _PlannedBatchSampler
 
 
 def _check(lengths: Sequence[int], max_len: int) -> list[int]:
@@ -178,7 +178,7 @@ class PackedCollate:
                 "index": torch.tensor([it.get("index", -1) for it in items], dtype=torch.long)}
 
 
-class PackingBatchSampler(Sampler[list[int]]):
+class PackingBatchSampler(_PlannedBatchSampler):
     """Batches of ``rows_per_batch`` packed rows: shuffle, best-fit pack each megabatch of
     ``megabatch_size`` sequences into rows of ``max_len``, group rows, shuffle the batches.
     Every index appears exactly once per epoch; ``num_replicas``/``rank`` shard batches."""
@@ -187,22 +187,15 @@ class PackingBatchSampler(Sampler[list[int]]):
                  megabatch_size: int = 1024, shuffle: bool = True, seed: int = 0,
                  generator: torch.Generator | None = None, num_replicas: int = 1,
                  rank: int = 0):
-        self.lengths = _check(lengths, max_len)
-        for name, v in (("rows_per_batch", rows_per_batch), ("megabatch_size", megabatch_size),
-                        ("num_replicas", num_replicas)):
+        _check(lengths, max_len)
+        for name, v in (("rows_per_batch", rows_per_batch), ("megabatch_size", megabatch_size)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}")
+        super().__init__(lengths, drop_last=False, shuffle=shuffle, seed=seed,
+                         generator=generator, num_replicas=num_replicas, rank=rank)
         self.max_len, self.rows_per_batch, self.megabatch_size = max_len, rows_per_batch, megabatch_size
-        self.shuffle, self.num_replicas, self.rank = shuffle, num_replicas, rank
-        self.generator = generator or torch.Generator().manual_seed(seed)
-        self._next: list[list[int]] | None = None
 
-    def _epoch(self) -> list[list[int]]:
-        if self._next is not None:
-            plan, self._next = self._next, None
-            return plan
+    def _plan(self) -> list[list[int]]:
         n = len(self.lengths)
         order = (torch.randperm(n, generator=self.generator).tolist() if self.shuffle
                  else list(range(n)))
@@ -213,17 +206,7 @@ class PackingBatchSampler(Sampler[list[int]]):
             rows = [[mega[k] for k in r] for r in rows]
             for r in range(0, len(rows), self.rows_per_batch):
                 batches.append([i for row in rows[r:r + self.rows_per_batch] for i in row])
-        if self.shuffle:
-            batches = [batches[i] for i in torch.randperm(len(batches), generator=self.generator).tolist()]
-        return batches[self.rank::self.num_replicas]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._epoch())
-
-    def __len__(self) -> int:
-        if self._next is None:
-            self._next = self._epoch()
-        return len(self._next)
+        return batches
 
 
 def packing_efficiency(lengths: Sequence[int], batches: Sequence[Sequence[int]], *,
