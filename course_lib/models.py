@@ -8,7 +8,9 @@ nested tensors apply), mean pooling over real tokens only, then a linear head. T
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -122,3 +124,20 @@ def build_model(vocab_size: int, *, preset: str = "teacher", **overrides) -> Enc
         raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
     return EncoderClassifier(EncoderConfig(vocab_size=vocab_size,
                                            **{**presets[preset], **overrides}))
+
+
+@contextlib.contextmanager
+def mha_fastpath(enabled: bool) -> Iterator[None]:
+    """Set ``torch.backends.mha`` fast path for a block, restoring the previous value.
+
+    Why: ``TransformerEncoderLayer``'s inference fast path gathers ``linear1.weight`` etc. and
+    reads ``.device`` on each; after ``quantize_dynamic`` those are ``weight()`` *methods*, so
+    eval mode crashes with ``AttributeError: 'function' object has no attribute 'device'``
+    (torch 2.13). The flag is global, hence the scoped switch.
+    """
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(bool(enabled))
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)

@@ -21,7 +21,6 @@ multi-head-attention fast path crashes on a dynamically quantized encoder layer:
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import io
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from .models import mha_fastpath  # noqa: F401  (re-exported: lessons call quant.mha_fastpath)
 
 SCHEMES = ("symmetric", "affine")
 GRANULARITIES = ("per_tensor", "per_channel")
@@ -165,23 +166,6 @@ def fake_quantize_model(model: nn.Module, *, bits: int, scheme: str = "symmetric
         for _, w in matmul_weights(out):
             w.copy_(fake_quantize(w, bits=bits, scheme=scheme, granularity=granularity))
     return out
-
-
-@contextlib.contextmanager
-def mha_fastpath(enabled: bool) -> Iterator[None]:
-    """Set ``torch.backends.mha`` fast path for a block, restoring the previous value.
-
-    Why: ``TransformerEncoderLayer``'s inference fast path gathers ``linear1.weight`` etc. and
-    reads ``.device`` on each; after ``quantize_dynamic`` those are ``weight()`` *methods*, so
-    eval mode crashes with ``AttributeError: 'function' object has no attribute 'device'``
-    (torch 2.13). The flag is global, hence the scoped switch.
-    """
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(bool(enabled))
-    try:
-        yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(previous)
 
 
 class NoFastPath(nn.Module):

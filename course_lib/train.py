@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .models import mha_fastpath
+
 LossFn = Callable[[nn.Module, dict], torch.Tensor]
 
 
@@ -148,8 +150,6 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
     device = torch.device(device)
     model.eval().to(device)
     outs, idx = [], []
-    from .quant import mha_fastpath
-
     with warnings.catch_warnings(), mha_fastpath(autocast_dtype is None):
         # PyTorch's nested-tensor fast path announces its prototype status on every call.
         warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
