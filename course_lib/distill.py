@@ -11,6 +11,11 @@ Both distributions are computed in log space (``log_softmax`` on both sides,
 ``kl_div(..., log_target=True, reduction="batchmean")``): a probability of exactly zero can
 never produce ``log(0) = -inf``. Unlabelled reviews (label -1, the *transfer set*) contribute
 the soft part only: the teacher labels data nobody labelled.
+
+The teacher is frozen, so its logits over the distillation set never change:
+``teacher_logits`` computes them once (in dataset order, through each item's global
+``"index"``), and ``distill(..., cached_logits=...)`` reads them instead of running the teacher
+on every batch of every run (same loss, a fraction of the compute).
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import ConcatDataset, Dataset
 
-from .train import History, TrainConfig, train
+from .batching import make_loader
+from .train import History, TrainConfig, predict, train
 
 UNLABELLED = -1
 
@@ -105,36 +111,80 @@ class Unlabelled(Dataset):
 
 
 class DistillSet(ConcatDataset):
-    """Labelled training reviews followed by unlabelled transfer reviews (with ``lengths``)."""
+    """Labelled training reviews followed by unlabelled ones, the *transfer set* of Hinton et
+    al. (2015) that only the teacher labels (with ``lengths``, for the length samplers).
+
+    Each item's ``"index"`` is its position in the whole set (the sub-datasets number their
+    items from 0), so cached teacher logits can be looked up by index.
+    """
 
     def __init__(self, labelled: Dataset, unlabelled: Dataset | None = None):
         parts = [labelled] + ([Unlabelled(unlabelled)] if unlabelled is not None else [])
         super().__init__(parts)
+
+    def __getitem__(self, i: int) -> dict:
+        if i < 0:
+            if -i > len(self):
+                raise IndexError(f"index {i} out of range for a set of {len(self)}")
+            i += len(self)
+        return {**super().__getitem__(i), "index": i}
 
     @property
     def lengths(self) -> list[int]:
         return [n for d in self.datasets for n in d.lengths]
 
 
-def distill(student: nn.Module, teacher: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
-            temperature: float = 2.0, alpha: float = 0.5, kind: str = "kl",
+@torch.no_grad()
+def teacher_logits(teacher: nn.Module, dataset: Dataset, *, batch_size: int = 64,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """The frozen teacher's logits for every item of ``dataset``, row ``i`` for item ``i``.
+
+    Computed once, in length-sorted batches (little padding); items must carry their own
+    position as ``"index"`` (``ReviewDataset`` and ``DistillSet`` do). Returned on the CPU.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    loader = make_loader(dataset, batch_size=batch_size, shuffle=False)
+    logits, index = predict(teacher, loader, device=device)
+    if not torch.equal(index, torch.arange(len(dataset))):
+        raise ValueError("dataset items must carry their own position as 'index' "
+                         "(wrap concatenated datasets in DistillSet)")
+    return logits
+
+
+def distill(student: nn.Module, teacher: nn.Module | None, loader, *,
+            cfg: TrainConfig = TrainConfig(), temperature: float = 2.0, alpha: float = 0.5,
+            kind: str = "kl", cached_logits: torch.Tensor | None = None,
             device: torch.device | str = "cpu", val_loader=None, max_steps: int | None = None,
             progress: bool = True) -> History:
     """Train ``student`` against the frozen ``teacher`` (eval mode, no gradients).
 
     ``kind``: "kl" (the Hinton loss above) or "mse" (logit regression, plus the hard loss
-    weighted by 1 - alpha on labelled items).
+    weighted by 1 - alpha on labelled items). ``cached_logits`` (from ``teacher_logits`` over
+    the loader's dataset) replaces the teacher's forward pass: row ``batch["index"]`` is used,
+    and ``teacher`` may then be None.
     """
     _check(temperature, alpha)
     if kind not in ("kl", "mse"):
         raise ValueError(f"kind must be 'kl' or 'mse', got {kind!r}")
-    teacher.eval().to(device)
-    for p in teacher.parameters():
-        p.requires_grad_(False)
+    if cached_logits is None:
+        if teacher is None:
+            raise ValueError("pass a teacher or cached_logits")
+        teacher.eval().to(device)
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+    else:
+        if cached_logits.dim() != 2 or cached_logits.shape[0] != len(loader.dataset):
+            raise ValueError(f"cached_logits must be (len(dataset)={len(loader.dataset)}, "
+                             f"classes), got {tuple(cached_logits.shape)}")
+        cached_logits = cached_logits.detach().float().to(device)
 
     def loss_fn(model: nn.Module, batch: dict) -> torch.Tensor:
-        with torch.no_grad():
-            t_logits = teacher(batch["input_ids"], batch["attention_mask"])
+        if cached_logits is not None:
+            t_logits = cached_logits[batch["index"]]
+        else:
+            with torch.no_grad():
+                t_logits = teacher(batch["input_ids"], batch["attention_mask"])
         s_logits = model(batch["input_ids"], batch["attention_mask"])
         if kind == "kl":
             return distillation_loss(s_logits, t_logits, batch["labels"],

@@ -6,8 +6,9 @@ import torch
 from course_lib.batching import make_loader
 from course_lib.data import load_corpus
 from course_lib.distill import (DistillSet, HiddenStateMatcher, distill, distillation_loss,
-                                pooled_hidden, soft_loss, soft_targets)
+                                pooled_hidden, soft_loss, soft_targets, teacher_logits)
 from course_lib.models import build_model
+from course_lib.padding import pad_batch
 from course_lib.train import TrainConfig
 
 
@@ -80,3 +81,111 @@ def test_hidden_state_matcher_shapes():
     assert h.shape == (3, 16)
     loss = HiddenStateMatcher(16, 32)(h, torch.zeros(3, 32))
     assert loss.ndim == 0
+
+
+def tiny_pair(c):
+    torch.manual_seed(0)
+    teacher = build_model(len(c.vocab), d_model=32, n_heads=2, n_layers=1, d_ff=32).eval()
+    student = build_model(len(c.vocab), d_model=16, n_heads=2, n_layers=1, d_ff=16)
+    return teacher, student
+
+
+def test_distill_set_items_carry_unique_global_indices():
+    c = load_corpus(scale=0.01)
+    data = DistillSet(c.train, c.transfer)
+    index = [data[i]["index"] for i in range(len(data))]
+    assert index == list(range(len(data)))      # unique, and covering the whole set
+    # the sub-datasets number from 0; the global index does not
+    assert c.transfer[0]["index"] == 0 and data[len(c.train)]["index"] == len(c.train)
+    assert data[-1]["index"] == len(data) - 1
+    assert torch.equal(data[-1]["input_ids"], c.transfer[len(c.transfer) - 1]["input_ids"])
+    with pytest.raises(IndexError):
+        data[-len(data) - 1]
+
+
+def test_teacher_logits_match_the_teacher_item_by_item():
+    c = load_corpus(scale=0.01)
+    teacher, _ = tiny_pair(c)
+    data = DistillSet(c.train, c.transfer)
+    cached = teacher_logits(teacher, data, batch_size=8)
+    assert cached.shape == (len(data), 2)
+    with torch.no_grad():   # the reference: each item alone, no padding, in dataset order
+        ref = torch.cat([teacher(data[i]["input_ids"][None]) for i in range(len(data))])
+    torch.testing.assert_close(cached, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_teacher_logits_need_global_indices():
+    c = load_corpus(scale=0.01)
+    teacher, _ = tiny_pair(c)
+    concat = torch.utils.data.ConcatDataset([c.train, c.transfer])
+    concat.lengths = c.train.lengths + c.transfer.lengths   # what make_loader needs
+    with pytest.raises(ValueError, match="index"):
+        teacher_logits(teacher, concat)
+
+
+class PerItemTeacher(torch.nn.Module):
+    """A teacher whose output for a review depends on that review only (a bag of words with
+    weights in multiples of 1/8, so every sum is exact): padding and batch composition cannot
+    change a single bit of its logits."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab_size, 2, padding_idx=0)
+        with torch.no_grad():
+            self.table.weight.copy_(torch.randint(-8, 9, (vocab_size, 2)) / 8)
+            self.table.weight[0].zero_()
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.table(input_ids).sum(1)
+
+
+@pytest.mark.parametrize("kind", ["kl", "mse"])
+def test_cached_logits_give_the_same_training_as_the_teacher_per_batch(kind):
+    c = load_corpus(scale=0.02)
+    data = DistillSet(c.train, c.transfer)
+    torch.manual_seed(1)
+    teacher = PerItemTeacher(len(c.vocab))
+    cached = teacher_logits(teacher, data, batch_size=7)
+    runs = []
+    for cache in (None, cached):
+        torch.manual_seed(0)
+        student = build_model(len(c.vocab), d_model=16, n_heads=2, n_layers=1, d_ff=16)
+        loader = make_loader(data, batch_size=16, seed=3)
+        h = distill(student, None if cache is not None else teacher, loader, kind=kind,
+                    cfg=TrainConfig(epochs=2, lr=5e-3), temperature=3.0, alpha=0.7,
+                    cached_logits=cache, progress=False)
+        runs.append((h.step_loss, [p.detach().clone() for p in student.parameters()]))
+    (loss_a, params_a), (loss_b, params_b) = runs
+    assert loss_a == loss_b        # bit for bit: same data, same teacher numbers
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
+
+
+def test_cached_logits_gradients_equal_running_the_teacher_on_one_batch():
+    c = load_corpus(scale=0.01)
+    teacher, student = tiny_pair(c)
+    data = DistillSet(c.train, c.transfer)
+    cached = teacher_logits(teacher, data, batch_size=4)
+    items = [data[i] for i in (0, 5, len(c.train) + 2)]
+    ids, mask, _ = pad_batch([it["input_ids"] for it in items])
+    labels = torch.tensor([it["label"] for it in items])
+    grads = []
+    for t_logits in (teacher(ids, mask).detach(), cached[[it["index"] for it in items]]):
+        student.zero_grad()
+        distillation_loss(student(ids, mask), t_logits, labels).backward()
+        grads.append([p.grad.clone() for p in student.parameters() if p.grad is not None])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_distill_argument_checks():
+    c = load_corpus(scale=0.01)
+    data = DistillSet(c.train, c.transfer)
+    _, student = tiny_pair(c)
+    loader = make_loader(data, batch_size=8)
+    with pytest.raises(ValueError, match="teacher or cached_logits"):
+        distill(student, None, loader, progress=False)
+    with pytest.raises(ValueError, match="cached_logits"):
+        distill(student, None, loader, cached_logits=torch.zeros(len(data) - 1, 2),
+                progress=False)
+    with pytest.raises(ValueError, match="batch_size"):
+        teacher_logits(student, data, batch_size=0)
