@@ -31,15 +31,21 @@ test: $(STAMP)
 	$(BIN)/python -m course_lib.colab --check
 	$(BIN)/python -m course_lib.checkpoints --check
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
-	$(BIN)/python -m pytest -q tests -m notebooks
-	COURSE_SMOKE=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-cell-timeout=300 -p no:randomly notebooks/
-	$(MAKE) test-browser
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-notebooks test-nbval
+	$(MAKE) --no-print-directory test-browser
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
 
+# The papermill run and nbval both execute every lesson in smoke mode. They run side by side
+# (make test passes -j2), one torch thread each: much of a smoke run is kernel start-up and
+# imports, so two at once finish in about 60% of the time of one after the other.
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m notebooks
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m notebooks
+
+test-nbval: $(STAMP)
+	COURSE_SMOKE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --nbval-lax \
+		--nbval-cell-timeout=300 -p no:randomly notebooks/
 
 # JupyterLab + headless Chromium (/usr/bin/chromium; CHROMIUM=... overrides); screenshots in
 # build/browser/. Skips with the reason when chromium or playwright is missing.
