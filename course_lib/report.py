@@ -3,9 +3,10 @@
     python -m course_lib.report --out build [--only 00_welcome] [--smoke]
 
 Writes ``build/notebooks/<lesson>.ipynb`` and ``.html`` (executed copies; build products,
-never committed), ``build/results/<lesson>.json`` and ``build/index.html``: the hardware
-report at the top, then every recorded result per lesson (the capstone's ladder first when
-it exists). Widgets run in static mode (``COURSE_STATIC=1``) so the HTML holds every figure.
+never committed), ``build/results/<lesson>.json`` and ``build/index.html``: at the top, the
+capstone's optimization ladder (lesson 11) with the hardware it was measured on, when its
+results exist; then this machine's hardware and every recorded result per lesson. Widgets run
+in static mode (``COURSE_STATIC=1``) so the HTML holds every figure.
 """
 from __future__ import annotations
 
@@ -18,9 +19,20 @@ import time
 from pathlib import Path
 
 from .device import report as hardware_rows
+from .ladder import METRICS
 from .results import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
+LADDER = "11_capstone"
+# How the ladder table shows each metric recorded per rung: header, scale, format.
+_COLUMNS = {"test_accuracy": ("accuracy", 100, "{:.1f}%"),
+            "train_epoch_s": ("train epoch (s)", 1, "{:,.1f}"),
+            "test_set_s": ("test set (s)", 1, "{:,.2f}"),
+            "latency_b1_ms": ("batch 1 (ms)", 1, "{:,.2f}"),
+            "latency_b32_ms": ("batch 32 (ms)", 1, "{:,.1f}"),
+            "size_bytes": ("size (MiB)", 1 / 2**20, "{:,.2f}"),
+            "peak_mib": ("peak memory (MiB)", 1, "{:,.1f}")}
+_SPEEDUP = ("train_epoch_s", "test_set_s")   # times shown with their speed-up over the first rung
 
 
 def execute(nb: Path, out_dir: Path, *, smoke: bool, timeout: int) -> tuple[bool, float, str]:
@@ -43,16 +55,53 @@ def execute(nb: Path, out_dir: Path, *, smoke: bool, timeout: int) -> tuple[bool
     return not error, seconds, error
 
 
+def _rows(pairs) -> str:
+    return "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in pairs)
+
+
+def ladder_html(data: dict) -> str:
+    """The capstone's ladder (one row per rung, from its ``<rung>_<metric>`` results), its
+    headline results, and the hardware it was measured on (the results file's own record)."""
+    values = {r["name"]: r["value"] for r in data["results"]}
+    metrics = [m for m in METRICS if m in _COLUMNS]
+    rungs = [r["name"][:-len("_test_accuracy")] for r in data["results"]
+             if r["name"].endswith("_test_accuracy")]
+    settings = "smoke settings (numbers not meaningful)" if data["smoke"] else "learner settings"
+    parts = ["<h2>The optimization ladder (lesson 11)</h2>",
+             f"<p>{settings}; speed-ups against the first rung.</p>",
+             "<table class='ladder'><tr><th>rung</th>"
+             + "".join(f"<th>{_COLUMNS[m][0]}</th>" for m in metrics) + "</tr>"]
+    for rung in rungs:
+        cells = []
+        for m in metrics:
+            v = values.get(f"{rung}_{m}")
+            _, scale, fmt = _COLUMNS[m]
+            text = "–" if v is None else fmt.format(v * scale)
+            first = values.get(f"{rungs[0]}_{m}")
+            if m in _SPEEDUP and v and first:
+                text += f" ({first / v:.1f}×)"
+            cells.append(f"<td>{text}</td>")
+        parts.append(f"<tr><td>{html.escape(rung)}</td>{''.join(cells)}</tr>")
+    parts.append("</table>")
+    headline = [(k, f"{v:.4g}") for k, v in values.items() if k.startswith("best_")]
+    if headline:
+        parts.append(f"<table>{_rows(headline)}</table>")
+    parts.append(f"<h3>Measured on</h3><table>{_rows(data.get('hardware', {}).items())}</table>")
+    return "\n".join(parts)
+
+
 def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, str]]) -> str:
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                   for k, v in hardware_rows())
     parts = ["<html><head><meta charset='utf-8'><title>Course report</title>",
              "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
-             "td:nth-child(2){text-align:right}</style></head><body>",
-             "<h1>Efficient Transformers, Hands-On: measured on this machine</h1>",
-             f"<h2>Hardware</h2><table>{rows}</table>"]
-    order = sorted(results, key=lambda k: (not k.startswith("11"), k))
+             "td:nth-child(2){text-align:right}table.ladder td{text-align:right}"
+             "table.ladder td:first-child{text-align:left}</style></head><body>",
+             "<h1>Efficient Transformers, Hands-On: measured on this machine</h1>"]
+    if LADDER in results:
+        parts.append(ladder_html(results[LADDER]))
+    parts.append(f"<h2>Hardware (this machine)</h2><table>{_rows(hardware_rows())}</table>")
+    order = sorted(results, key=lambda k: (k != LADDER, k))
     for stem in order:
         data = results[stem]
         ok, seconds, error = runs.get(stem, (True, float("nan"), ""))

@@ -1,0 +1,158 @@
+"""The ladder of lesson 11: rung configs, the measuring pipeline in smoke mode, the bounds."""
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch.utils.data import Subset
+
+from course_lib import ladder
+from course_lib.batching import make_loader
+from course_lib.checkpoints import load_baseline
+from course_lib.data import CorpusConfig, load_corpus
+from course_lib.models import build_model
+from course_lib.results import Recorder
+
+SMOKE = ladder.Settings(fixed_length=128, fixed_train_batches=1, bucket_train_batches=2,
+                        fixed_test_reviews=8, warmup=0, repeats=1, test_repeats=1,
+                        distill_steps=2, finetune_steps=1, measure_memory=False)
+
+
+@pytest.fixture(scope="module")
+def smoke_run():
+    """The whole ladder in smoke mode around a small untrained teacher, short reviews."""
+    corpus = load_corpus(CorpusConfig(n_train=96, n_val=8, n_test=40, n_transfer=64,
+                                      max_length=96))
+    torch.manual_seed(0)
+    teacher = build_model(len(corpus.vocab), preset="student", n_layers=2, d_ff=256)
+    pipe = ladder.Pipeline(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
+    rows, points = ladder.measure(pipe, ladder.ladder(), progress=False)
+    return pipe, rows, points
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The course's trained teacher on 200 test reviews (half a point is one review)."""
+    corpus = load_corpus(CorpusConfig(n_train=32, n_val=8, n_test=200, n_transfer=8,
+                                      max_length=192))
+    try:
+        teacher = load_baseline(corpus, train_if_missing=False)[0]
+    except FileNotFoundError:
+        pytest.skip("needs the trained baseline checkpoint")
+    return ladder.Pipeline(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
+
+
+def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset():
+    rungs = ladder.ladder()
+    assert [r.name for r in rungs] == ["baseline", "bucketing", "mixed_precision", "distillation",
+                                       "pruning", "int8", "sdpa"]
+    for below, above in zip(rungs, rungs[1:]):
+        assert set(above.techniques) - set(below.techniques) and \
+            len(above.techniques) == len(below.techniques) + 1
+    assert rungs[-1].techniques == ladder.TECHNIQUES
+    combos = ladder.combinations()
+    assert len({r.key for r in combos}) == len(combos) == 2 ** len(ladder.TECHNIQUES)
+    assert len({r.name for r in combos}) == len(combos)
+    assert [r.name for r in ladder.ladder(["int8", "sdpa"])] == ["baseline", "int8", "sdpa"]
+
+
+@pytest.mark.parametrize("make, param", [
+    (lambda: ladder.ladder(["bucketing", "bucketing"]), "order"),
+    (lambda: ladder.ladder(["gpu"]), "order"),
+    (lambda: ladder.Rung("Not Snake"), "name"),
+    (lambda: ladder.Settings(repeats=0).validate(), "repeats"),
+    (lambda: ladder.Settings(warmup=-1).validate(), "warmup"),
+    (lambda: ladder.Settings(prune_amount=1.5).validate(), "prune_amount"),
+    (lambda: ladder.effect({}, "gpu", metric="latency_b32_ms"), "technique"),
+    (lambda: ladder.summary([], {}, max_drop_points=-1), "max_drop_points"),
+])
+def test_bad_input_raises_value_error_naming_the_parameter(make, param):
+    with pytest.raises(ValueError, match=param):
+        make()
+
+
+def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
+    pipe, rows, points = smoke_run
+    assert [r["name"] for r in rows] == [r.name for r in ladder.ladder()]
+    for row in rows:
+        for metric in ladder.METRICS:
+            assert math.isfinite(row[metric]) and row[metric] > 0, (row["name"], metric)
+        assert 0 <= row["test_accuracy"] <= 1
+    rec = Recorder("11_capstone", smoke=True)
+    ladder.record(rows, rec)
+    assert len(rec.results) == len(rows) * len(ladder.METRICS)
+    sizes = [rec.get(f"{name}_size_bytes") for name in ("int8", "pruning", "baseline")]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 3
+    # every point that trains the teacher has a training time; the others only where measured
+    assert all(p["train_epoch_s"] for p in points.values())
+    assert set(pipe.build_seconds) == {"distill", "distill_prune", "distill_prune_int8"}
+
+
+def test_padding_and_attention_kernel_change_rounding_only(trained):
+    pipe, test = trained, trained.corpus.test
+    sub = Subset(test, list(range(16)))
+    fixed = make_loader(sub, batch_size=8, bucketed=False, shuffle=False, max_length=512)
+    dynamic = make_loader(sub, batch_size=8, shuffle=False, lengths=test.lengths[:16])
+    a, ia = pipe.logits(ladder.Rung("baseline"), fixed)
+    b, ib = pipe.logits(ladder.Rung("fast", bucketing=True, sdpa=True), dynamic)
+    a, b = a[torch.argsort(ia)], b[torch.argsort(ib)]
+    assert (a - b).abs().max() < 1e-4
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_peak_memory_in_a_fresh_process_exceeds_the_weights(smoke_run):
+    pipe, _, _ = smoke_run
+    measured = ladder.Pipeline(pipe.teacher, pipe.corpus, device="cpu", progress=False,
+                               settings=dataclasses.replace(SMOKE, measure_memory=True))
+    measured._cache.update({k: v for k, v in pipe._cache.items() if k[0] == "model"})
+    rung = ladder.Rung("student_int8", distill=True, int8=True)
+    assert measured.peak_mib(rung) > measured.size_bytes(rung) / 2**20
+
+
+def test_accuracy_stays_within_the_bounds_of_the_numerics_only_techniques(trained):
+    pipe = trained
+    base = pipe.accuracy(ladder.Rung("baseline"))
+    for t in ("amp", "int8"):
+        assert 100 * (base - pipe.accuracy(ladder.Rung(t, **{t: True}))) <= ladder.BOUNDS[t], t
+
+
+def _fake_points(speed):
+    """A table where each technique divides every time by ``speed[t]`` (training: not int8,
+    applied after it), accuracy is 0.8 minus one point for distill, and the students' training
+    is not measured."""
+    pts = {}
+    for rung in ladder.combinations():
+        ms = 100.0 * math.prod(1 / speed[t] for t in rung.techniques)
+        pts[rung.key] = {"name": rung.name, "key": rung.key, "techniques": rung.techniques,
+                         "latency_b32_ms": ms, "test_accuracy": 0.8 - 0.01 * rung.distill,
+                         "train_epoch_s": None if rung.distill else ms * speed["int8"] ** rung.int8,
+                         "test_set_s": ms}
+    return pts
+
+
+def test_effect_summary_front_and_bounds_read_the_table():
+    speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    for t, s in speed.items():
+        e = ladder.effect(pts, t, metric="latency_b32_ms")
+        assert e["alone"] == pytest.approx(s) and e["on_top"] == pytest.approx(s)
+        assert e["median"] == pytest.approx(s) and e["pairs"] == 32
+    acc = ladder.effect(pts, "distill", metric="test_accuracy")
+    assert acc["alone"] == pytest.approx(-1.0)
+    assert ladder.effect(pts, "distill", metric="train_epoch_s") is None   # never measured
+    front = ladder.pareto_front(list(pts.values()))
+    assert [p["name"] for p in front] == ["bucketing_amp_distill_int8", "bucketing_amp_int8"]
+    rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
+    best = ladder.summary(rows, pts, max_drop_points=2.0)
+    assert best["best_inference"] == "int8"        # sdpa (the last rung) is slower here
+    assert best["best_inference_speedup"] == pytest.approx(8 * 2 * 4 * 1.5)
+    assert best["best_inference_accuracy_drop_points"] == pytest.approx(1.0)
+    assert best["best_training"] in ("bucketing_amp", "bucketing_amp_int8")
+    assert best["best_training_speedup"] == pytest.approx(16.0)
+    assert ladder.effect(pts, "int8", metric="train_epoch_s")["median"] == pytest.approx(1.0)
+    assert ladder.summary(rows, pts, max_drop_points=0.5)["best_inference"] == "mixed_precision"
+    checks = ladder.bound_checks(rows)
+    assert [c["rung"] for c in checks] == [r["name"] for r in rows[1:]]
+    assert all(c["ok"] for c in checks) and checks[2]["change_points"] == pytest.approx(-1.0)
+    rows[3] = {**rows[3], "test_accuracy": 0.75}
+    assert not ladder.bound_checks(rows)[2]["ok"]
