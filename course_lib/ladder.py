@@ -262,20 +262,28 @@ class Pipeline:
     def train_epoch_seconds(self, rungs: Sequence[Rung]) -> dict[tuple, float]:
         """Seconds per epoch (training split, AdamW) of training the float model each rung
         serves with its training techniques (bucketing, amp, sdpa; int8 comes after training),
-        by ``Rung.key``. Training steps (``amp.make_step_fn``) on a few batches of one epoch's
-        plan, rungs interleaved (``bench.compare``), scaled to the epoch: at fixed padding any
-        batches (all cost the same), bucketed ones spread over the range of batch widths."""
+        by ``Rung.key``: training steps (``amp.make_step_fn``) on a few batches of one epoch's
+        plan, scaled to the epoch. Fixed padding: any batches (all cost the same); bucketed:
+        spread over the range of batch widths. After a warm-up step each, the rungs' steps are
+        interleaved in rounds (``bench.compare``), the fewer fixed-padding steps spread over
+        the rounds, so that drift hits every rung alike."""
         def tkey(r):
             return ("train", r.distill, r.prune, r.bucketing, r.amp, r.sdpa)
         todo = {tkey(r): r for r in rungs if tkey(r) not in self._cache}
-        for bucketing in (False, True):
-            group = {k: r for k, r in todo.items() if r.bucketing == bucketing}
-            if group:
-                batches, n_batches = self._epoch_sample(bucketing)
-                res = bench.compare({k: self._steps(r, batches) for k, r in group.items()},
-                                    warmup=1, repeats=len(batches), device=self.device)
-                for k, v in res.items():
-                    self._cache[k] = statistics.fmean(v["timing"].samples) * n_batches
+        sample = {b: self._epoch_sample(b) for b in {r.bucketing for r in todo.values()}}
+        steps = {k: self._steps(r, sample[r.bucketing][0]) for k, r in todo.items()}
+        for step in steps.values():
+            step()
+        rounds = max((len(b) for b, _ in sample.values()), default=0)
+        due = {k: {i * rounds // len(sample[r.bucketing][0])
+                   for i in range(len(sample[r.bucketing][0]))} for k, r in todo.items()}
+        times: dict[tuple, list[float]] = {k: [] for k in todo}
+        for j in range(rounds):
+            now = {k: step for k, step in steps.items() if j in due[k]}
+            for k, v in bench.compare(now, warmup=0, repeats=1, device=self.device).items():
+                times[k].append(v["timing"].median)
+        for k, r in todo.items():
+            self._cache[k] = statistics.fmean(times[k]) * sample[r.bucketing][1]
         return {r.key: self._cache[tkey(r)] for r in rungs}
 
     def _epoch_sample(self, bucketing: bool) -> tuple[list[dict], int]:
