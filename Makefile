@@ -1,5 +1,6 @@
 # Efficient Transformers, Hands-On
 #   make lab     create .venv, install the course, open JupyterLab on notebooks/
+#                (make lab PORT=9999 picks the port; as root it adds --allow-root)
 #   make test    same set-up, then every test (unit, notebooks, nbval, browser)
 #   make report  execute every lesson at learner defaults into build/, with a summary page
 #
@@ -9,6 +10,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch
+PORT ?= 8888
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
@@ -23,8 +25,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" -e ".[dev]"
 	touch $(STAMP)
 
+# JupyterLab refuses to start as root without --allow-root (containers, cloud VMs): pass it
+# only when the user id is 0. On a machine without a browser, open the URL printed below
+# (Jupyter prints the same URL with its access token as it starts).
+ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	@echo "Starting JupyterLab on port $(PORT): open http://localhost:$(PORT)/lab"
+	@echo "(use the full URL with ?token=... that Jupyter prints below; Ctrl-C stops it)"
+	$(BIN)/jupyter lab notebooks/ --port=$(PORT) $(ALLOW_ROOT)
 
 test: $(STAMP)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb

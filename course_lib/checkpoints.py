@@ -3,8 +3,12 @@
 The baseline is the 4-layer encoder ("teacher" preset) trained on the course corpus. Lessons
 05 (pruning), 06 (distillation, as the teacher), 07 (quantization) and 11 start from it.
 
-    python -m course_lib.checkpoints            # trains and writes data/checkpoints/
+    python -m course_lib.checkpoints            # trains and writes course_lib/weights/
     python -m course_lib.checkpoints --check    # verifies the stored file's checksum
+
+The weights ship inside the package (``course_lib/weights/``, declared as package data), so a
+plain ``pip install`` of the course (Colab's set-up cell does exactly that) brings the same
+checksummed baseline as a clone of the repository, instead of training a different one.
 
 The weights file is loaded with ``torch.load(weights_only=True)`` and its SHA-256 is compared
 with the manifest. A lesson that finds no valid file trains one (with a progress bar) instead
@@ -27,7 +31,8 @@ from .data import Corpus, load_corpus
 from .models import EncoderClassifier, EncoderConfig, build_model, count_parameters
 from .train import TrainConfig, evaluate, train
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "data" / "checkpoints"
+# Package data, next to this module: present in a clone, an editable and a regular install.
+DEFAULT_DIR = Path(__file__).resolve().parent / "weights"
 
 
 @dataclass(frozen=True)

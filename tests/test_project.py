@@ -46,7 +46,7 @@ def test_every_notebook_has_current_colab_cells():
 
 def test_stored_baseline_loads_and_verifies():
     info = checkpoints.verify()
-    assert info is not None, "data/checkpoints/baseline.* missing or checksum mismatch"
+    assert info is not None, "course_lib/weights/baseline.* missing or checksum mismatch"
     model, meta = checkpoints.load_baseline(train_if_missing=False)
     assert meta["source"] == "checkpoint"
     assert sum(p.numel() for p in model.parameters()) == info["parameters"]
