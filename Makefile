@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test test-unit test-notebooks test-nbval test-browser report clean install
+.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu report clean install
 
 install: $(STAMP)
 
@@ -39,12 +39,22 @@ test: $(STAMP)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	$(BIN)/python -m course_lib.colab --check
 	$(BIN)/python -m course_lib.checkpoints --check
-	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-notebooks test-nbval
 	$(MAKE) --no-print-directory test-browser
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser"
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
+
+# On a CUDA machine (a Colab GPU, a lent GPU): every lesson in smoke mode on the GPU, failing on
+# any error, widget-callback error, time recorded without its device, or GPU section that
+# skipped; plus the GPU unit tests (tests/test_gpu.py). Without CUDA it says so and exits 0.
+test-gpu: $(STAMP)
+	@if $(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+		$(BIN)/python -m pytest -q tests/test_gpu.py -m gpu; \
+	else \
+		echo "make test-gpu: no CUDA device here (torch.cuda.is_available() is False); nothing to run."; \
+	fi
 
 # The papermill run and nbval both execute every lesson in smoke mode. They run side by side
 # (make test passes -j2), one torch thread each: much of a smoke run is kernel start-up and

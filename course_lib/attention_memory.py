@@ -4,8 +4,10 @@ The score matrix of one attention call holds ``B * H * Lq * Lk`` numbers: it gro
 square of the sequence length, which is why long sequences run out of memory
 (FlashAttention, Dao et al. 2022, section 1). ``predict_memory`` counts the tensors each
 implementation in ``course_lib.attention`` keeps alive at its peak; ``attention_case`` is the
-work that ``course_lib.bench.peak_rss`` runs in a fresh process to measure it on the CPU;
-``sweep`` times the implementations side by side (``course_lib.bench.compare``).
+work that ``course_lib.bench.peak_rss`` runs in a fresh process to measure it on the CPU (and
+that ``cuda_peak`` measures on a GPU); ``sweep`` times the implementations side by side
+(``course_lib.bench.compare``) on the device and dtype it is given: FP32 on a CPU, fp16/bf16 on a
+GPU, where SDPA can pick FlashAttention's kernel.
 """
 from __future__ import annotations
 
@@ -17,9 +19,16 @@ from . import bench
 from .attention import ATTENTION_FUNCTIONS, sliding_window_mask
 
 __all__ = ["score_matrix_bytes", "MemoryEstimate", "predict_memory", "attention_case",
-           "measure_peaks", "sweep"]
+           "measure_peaks", "cuda_peak", "sweep"]
 
 METHODS = tuple(ATTENTION_FUNCTIONS)
+DTYPES = ("float32", "float16", "bfloat16")   # by name: cases cross process boundaries as JSON
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {name!r}")
+    return getattr(torch, name)
 
 
 def _positive(**values: int) -> None:
@@ -88,17 +97,21 @@ def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim
 
 
 def _inputs(batch: int, heads: int, length: int, head_dim: int, *, seed: int,
-            requires_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
+            requires_grad: bool, device: torch.device, dtype: torch.dtype
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)   # same numbers on every device
     return tuple(torch.randn(batch, heads, length, head_dim, generator=g)
-                 .requires_grad_(requires_grad) for _ in range(3))
+                 .to(device=device, dtype=dtype).requires_grad_(requires_grad)
+                 for _ in range(3))
 
 
 def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim: int,
                    causal: bool = False, backward: bool = False, window: int | None = None,
                    block_size: int = 128, recompute: bool = False, threads: int | None = None,
-                   seed: int = 0, prepare: bool = False):
-    """One attention call on random CPU inputs (the unit that ``bench.peak_rss`` measures).
+                   seed: int = 0, device: str = "cpu", dtype: str = "float32",
+                   prepare: bool = False):
+    """One attention call on random inputs on ``device`` in ``dtype`` (a name from ``DTYPES``);
+    the unit that ``bench.peak_rss`` (CPU) and ``cuda_peak`` (GPU) measure.
 
     With ``prepare=True`` builds the inputs, warms the thread pool on a tiny call and returns
     the zero-argument work; otherwise runs it once. ``threads`` sets
@@ -110,9 +123,10 @@ def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim
     if threads is not None:
         _positive(threads=threads)
         torch.set_num_threads(threads)
-    fn = ATTENTION_FUNCTIONS[method]
-    q, k, v = _inputs(batch, heads, length, head_dim, seed=seed, requires_grad=backward)
-    mask = None if window is None else sliding_window_mask(length, window=window)
+    fn, dev, dt = ATTENTION_FUNCTIONS[method], torch.device(device), _dtype(dtype)
+    q, k, v = _inputs(batch, heads, length, head_dim, seed=seed, requires_grad=backward,
+                      device=dev, dtype=dt)
+    mask = None if window is None else sliding_window_mask(length, window=window, device=dev)
     kw = {"mask": mask, "is_causal": causal}
     if method == "tiled":
         kw.update(block_size=block_size, recompute=recompute)
@@ -125,7 +139,7 @@ def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim
                 fn(q, k, v, **kw)
 
     if prepare:
-        tiny = torch.randn(1, 1, 8, head_dim, requires_grad=backward)
+        tiny = torch.randn(1, 1, 8, head_dim, device=dev, dtype=dt, requires_grad=backward)
         tkw = dict(kw, mask=None)
         if backward:                                          # start threads, load kernels
             fn(tiny, tiny, tiny, **tkw).sum().backward()
@@ -152,15 +166,28 @@ def measure_peaks(cases: list[dict], *, workers: int = 2) -> list[int]:
         return [f.result().extra_bytes for f in futures]
 
 
+def cuda_peak(case: dict) -> int:
+    """Extra peak bytes that torch allocates on the GPU for one ``attention_case(**case)``
+    (``case["device"]`` must be a CUDA device): the inputs are built first, then only the
+    call itself is measured."""
+    device = torch.device(case.get("device", "cpu"))
+    if device.type != "cuda":
+        raise ValueError(f"cuda_peak measures GPU memory: case['device'] must be CUDA, got {device}")
+    run = attention_case(**case, prepare=True)
+    return bench.cuda_peak_memory(run, device)
+
+
 def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int = 1,
           heads: int = 8, head_dim: int = 64, causal: bool = False, backward: bool = False,
           warmup: int = 1, repeats: int | dict[int, int] = 3, seed: int = 0,
-          block_size: int = 128, progress: bool = True) -> list[dict]:
-    """Median time of each method at each length, methods interleaved per length.
+          block_size: int = 128, device: str = "cpu", dtype: str = "float32",
+          progress: bool = True) -> list[dict]:
+    """Median time of each method at each length, methods interleaved per length, on
+    ``device`` in ``dtype`` (the GPU is synchronized around every call).
 
-    Returns rows ``{"length", "method", "causal", "backward", "ms", "speedup"}`` where the
-    speedup is over the first method. ``repeats`` may map a length to its repeat count
-    (fewer at long lengths).
+    Returns rows ``{"length", "method", "causal", "backward", "ms", "speedup", "device",
+    "dtype"}`` where the speedup is over the first method. ``repeats`` may map a length to its
+    repeat count (fewer at long lengths).
     """
     if not lengths:
         raise ValueError("lengths must hold at least one length")
@@ -174,11 +201,13 @@ def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int 
                        f"{' causal' if causal else ''}", disable=not progress):
         fns = {m: attention_case(method=m, batch=batch, heads=heads, length=length,
                                  head_dim=head_dim, causal=causal, backward=backward,
-                                 block_size=block_size, seed=seed, prepare=True)
+                                 block_size=block_size, seed=seed, device=device, dtype=dtype,
+                                 prepare=True)
                for m in methods}
         n = repeats.get(length, 1) if isinstance(repeats, dict) else repeats
-        res = bench.compare(fns, warmup=warmup, repeats=n)
+        res = bench.compare(fns, warmup=warmup, repeats=n, device=device)
         for m, r in res.items():
             rows.append({"length": length, "method": m, "causal": causal, "backward": backward,
-                         "ms": r["timing"].median * 1e3, "speedup": r["speedup"]})
+                         "ms": r["timing"].median * 1e3, "speedup": r["speedup"],
+                         "device": torch.device(device).type, "dtype": dtype})
     return rows

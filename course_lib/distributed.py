@@ -10,7 +10,7 @@ the same optimizer step. Run it with::
     python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed --dry-run
 
 The same command runs unchanged on a multi-GPU machine (``--nproc_per_node`` = number of GPUs;
-the backend becomes nccl and rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``) and on several nodes
+with a GPU per rank the backend becomes nccl and rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``) and on several nodes
 (replace ``--standalone`` by ``--nnodes 2 --node_rank K --rdzv_backend c10d
 --rdzv_endpoint HOST:29500 --rdzv_id job1`` on every node). ``course_lib.ddp_launch`` starts
 it from a notebook. With ``world_size == 1`` and no process group, ``run_training`` runs the
@@ -36,14 +36,24 @@ from torch.utils.data.distributed import DistributedSampler
 BACKENDS = ("auto", "gloo", "nccl")
 
 
-def resolve_backend(backend: str = "auto") -> str:
-    """``auto`` -> nccl when CUDA is present, else gloo; nccl without CUDA is an error."""
+def resolve_backend(backend: str = "auto", *, local_world_size: int = 1) -> str:
+    """The process-group backend for ``local_world_size`` ranks on this machine.
+
+    nccl gives every rank a GPU of its own (rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``), so
+    ``auto`` picks it only when there are at least as many GPUs as local ranks; otherwise gloo,
+    which runs on the CPU. (Two ranks on a one-GPU Colab with nccl would call
+    ``set_device("cuda:1")`` and crash.) Asking for nccl without enough GPUs is an error.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if local_world_size < 1:
+        raise ValueError(f"local_world_size must be >= 1, got {local_world_size}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl" and not torch.cuda.is_available():
-        raise ValueError("backend 'nccl' needs CUDA GPUs; use 'gloo' (or 'auto') on a CPU")
+        return "nccl" if gpus >= local_world_size else "gloo"
+    if backend == "nccl" and gpus < local_world_size:
+        raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank: {local_world_size} "
+                         f"rank(s) on this machine, {gpus} GPU(s); use 'gloo' (or 'auto')")
     return backend
 
 
@@ -305,11 +315,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     try:
-        backend = resolve_backend(cfg.backend)
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        backend = resolve_backend(cfg.backend, local_world_size=local_world_size)
         device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        threads = cfg.threads or auto_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        threads = cfg.threads or auto_threads(local_world_size)
         torch.set_num_threads(threads)
         if "RANK" in os.environ:   # under torchrun; a plain `python -m` runs one process
             dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s),

@@ -7,7 +7,8 @@ and can run at most at ``min(peak_flops, I * bandwidth)``. Below the *ridge poin
 ``peak_flops / bandwidth`` it is memory-bound, above it compute-bound.
 
 Both ceilings are **measured estimates**, not datasheet numbers: the peak is the best rate of a
-large square fp32 matmul (``2 n^3`` FLOPs), the bandwidth that of a large tensor copy (read +
+large square matmul in the format asked for (``2 n^3`` FLOPs; FP32 by default, and a 16-bit
+ceiling measured in bf16/fp16, never assumed equal to the FP32 one), the bandwidth that of a large tensor copy (read +
 write, ``2 * bytes``). Vendors' peaks are higher; a real kernel rarely beats a good matmul.
 
 Model FLOPs follow Kaplan et al., "Scaling Laws for Neural Language Models" (2020), section
@@ -30,8 +31,9 @@ from .models import EncoderConfig
 class Machine:
     """Measured ceilings of one device (estimates)."""
     device: str
-    peak_flops: float          # FLOP/s of a large fp32 matmul
+    peak_flops: float          # FLOP/s of a large matmul in ``dtype``
     bandwidth: float           # bytes/s of a large copy (read + write)
+    dtype: str = "float32"     # the matmul's format: a 16-bit peak is often far above FP32's
 
     @property
     def ridge_point(self) -> float:
@@ -65,12 +67,15 @@ def measure_bandwidth(*, device: torch.device | str = "cpu", mib: int = 128,
 
 
 def measure_machine(*, device: torch.device | str = "cpu", matmul_size: int = 1024,
-                    copy_mib: int = 128, repeats: int = 5) -> Machine:
-    """Both ceilings for ``device``."""
+                    copy_mib: int = 128, repeats: int = 5,
+                    dtype: torch.dtype = torch.float32) -> Machine:
+    """Both ceilings for ``device``, the compute one for matmuls in ``dtype``."""
     device = torch.device(device)
     return Machine(device.type,
-                   measure_matmul_flops(device=device, size=matmul_size, repeats=repeats),
-                   measure_bandwidth(device=device, mib=copy_mib, repeats=repeats))
+                   measure_matmul_flops(device=device, size=matmul_size, dtype=dtype,
+                                        repeats=repeats),
+                   measure_bandwidth(device=device, mib=copy_mib, repeats=repeats),
+                   str(dtype).replace("torch.", ""))
 
 
 @dataclass(frozen=True)

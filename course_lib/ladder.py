@@ -369,6 +369,8 @@ def measure(pipe: Pipeline, rungs: Sequence[Rung], *, others: Sequence[Rung] = (
     trained = [r for r in points if r.key in full or not (r.distill or r.prune)]
     train_s = pipe.train_epoch_seconds(trained)
     table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
+                     # where it ran: int8 models stay on the CPU even on a GPU machine
+                     "device": _device(pipe.model(r)).type,
                      "test_accuracy": pipe.accuracy(r), "test_set_s": test_s.get(r.key),
                      "latency_b1_ms": b1[r.key], "latency_b32_ms": b32[r.key],
                      "train_epoch_s": train_s.get(r.key),
@@ -378,10 +380,11 @@ def measure(pipe: Pipeline, rungs: Sequence[Rung], *, others: Sequence[Rung] = (
 
 
 def record(rows: Sequence[dict], rec) -> None:
-    """``<rung>_<metric>`` for every rung and metric (units in ``METRICS``)."""
+    """``<rung>_<metric>`` for every rung and metric (units in ``METRICS``), each with the
+    device the rung ran on."""
     for row in rows:
         for metric, unit in METRICS.items():
-            rec.record(f"{row['name']}_{metric}", row[metric], unit)
+            rec.record(f"{row['name']}_{metric}", row[metric], unit, device=row["device"])
 
 
 def summary(rows: Sequence[dict], points: dict[tuple, dict], *,

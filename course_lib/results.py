@@ -4,9 +4,16 @@ When ``COURSE_RESULTS_DIR`` is set, ``Recorder.save`` writes
 ``$COURSE_RESULTS_DIR/<notebook>.json``::
 
     {"notebook": "00_welcome", "smoke": false, "hardware": {...},
-     "results": [{"name": "baseline_test_accuracy", "value": 0.93, "unit": "fraction"}]}
+     "results": [{"name": "baseline_test_accuracy", "value": 0.93, "unit": "fraction"},
+                 {"name": "step_ms", "value": 41.0, "unit": "ms", "device": "cpu"}],
+     "skipped": [{"section": "flash_attention", "needs": "cuda", "reason": "..."}]}
 
-Names are snake_case and stable across runs, so runs can be compared.
+Names are snake_case and stable across runs, so runs can be compared. A time (unit ``s`` or
+``ms``) must say which device it ran on (``device="cpu"``, ``"cuda"``): on a GPU machine a
+lesson times some things on the GPU and others (int8, DDP over gloo) on the CPU, and a number
+without its device is easy to misread. Any other result may carry one too (a speed ratio).
+A section that cannot run here records ``skip(section, needs=..., reason=...)``, so a run on
+the hardware it needs (``make test-gpu``) can check that nothing it should run was skipped.
 """
 from __future__ import annotations
 
@@ -16,9 +23,14 @@ import os
 import re
 from pathlib import Path
 
+import torch
+
 from .device import capabilities
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+TIMING_UNITS = frozenset({"s", "ms"})
+# What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, or >= 2 GPUs.
+NEEDS = ("cuda", "sm80", "multi_gpu")
 
 
 class Recorder:
@@ -27,17 +39,35 @@ class Recorder:
             raise ValueError("notebook must be a non-empty file stem such as '00_welcome'")
         self.notebook, self.smoke = notebook, bool(smoke)
         self.results: list[dict] = []
+        self.skipped: list[dict] = []
 
-    def record(self, name: str, value: float, unit: str) -> float:
-        """Store one measurement (replacing an earlier one of the same name); returns value."""
+    def record(self, name: str, value: float, unit: str, *,
+               device: torch.device | str | None = None) -> float:
+        """Store one measurement (replacing an earlier one of the same name); returns value.
+        ``device``: where it was measured; required for times (``s``, ``ms``)."""
         if not _NAME.match(name):
             raise ValueError(f"name must be snake_case ([a-z][a-z0-9_]*), got {name!r}")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"value of {name!r} must be finite, got {value}")
+        if unit in TIMING_UNITS and device is None:
+            raise ValueError(f"{name!r} is a time in {unit}: pass device= (the device it ran "
+                             f"on, for example 'cpu' or 'cuda')")
+        entry = {"name": name, "value": value, "unit": unit}
+        if device is not None:
+            entry["device"] = torch.device(device).type
         self.results = [r for r in self.results if r["name"] != name]
-        self.results.append({"name": name, "value": value, "unit": unit})
+        self.results.append(entry)
         return value
+
+    def skip(self, section: str, *, needs: str, reason: str) -> None:
+        """Note that ``section`` did not run here because it ``needs`` other hardware."""
+        if not _NAME.match(section):
+            raise ValueError(f"section must be snake_case ([a-z][a-z0-9_]*), got {section!r}")
+        if needs not in NEEDS:
+            raise ValueError(f"needs must be one of {list(NEEDS)}, got {needs!r}")
+        self.skipped = [s for s in self.skipped if s["section"] != section]
+        self.skipped.append({"section": section, "needs": needs, "reason": reason})
 
     def get(self, name: str) -> float:
         for r in self.results:
@@ -47,7 +77,8 @@ class Recorder:
 
     def payload(self) -> dict:
         return {"notebook": self.notebook, "smoke": self.smoke,
-                "hardware": capabilities().as_dict(), "results": list(self.results)}
+                "hardware": capabilities().as_dict(), "results": list(self.results),
+                "skipped": list(self.skipped)}
 
     def save(self, directory: str | os.PathLike | None = None) -> Path | None:
         """Write the JSON file; a no-op (returns None) when no directory is configured."""

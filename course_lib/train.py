@@ -1,7 +1,9 @@
 """A short, readable train / evaluate loop with the hooks later lessons need.
 
-Hooks: ``autocast_dtype`` (lesson 04 runs the forward pass under ``torch.amp.autocast``),
-``scaler`` (a ``torch.amp.GradScaler`` for fp16), ``loss_fn`` (lesson 06 swaps in a
+Hooks: ``autocast_dtype`` (lesson 04 runs the forward pass under ``torch.amp.autocast``; the
+default ``"auto"`` trains in FP32 on a CPU and in the GPU's 16-bit format on CUDA: bf16 from
+compute capability 8.0, fp16 with a gradient scaler below, the course's rule in
+``course_lib.device.amp_dtype``), ``scaler`` (a ``torch.amp.GradScaler`` for fp16), ``loss_fn`` (lesson 06 swaps in a
 distillation loss) and ``callback`` (called after every step: pruning masks, logging).
 Deterministic for a given seed, device and thread count.
 """
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .device import amp_dtype
 from .models import mha_fastpath
 
 LossFn = Callable[[nn.Module, dict], torch.Tensor]
@@ -75,15 +78,33 @@ def warmup_cosine(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def training_autocast(device: torch.device | str,
+                      autocast_dtype: torch.dtype | None | str = "auto") -> torch.dtype | None:
+    """The autocast dtype ``train`` uses: ``"auto"`` is None (FP32) off CUDA, and on a CUDA GPU
+    bf16 (compute capability >= 8) or fp16 (older, e.g. a T4: ``train`` adds a GradScaler)."""
+    if autocast_dtype != "auto":
+        if autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
+            raise ValueError(f"autocast_dtype must be 'auto', None or a torch.dtype, "
+                             f"got {autocast_dtype!r}")
+        return autocast_dtype
+    device = torch.device(device)
+    return amp_dtype(device) if device.type == "cuda" else None
+
+
 def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
           device: torch.device | str = "cpu", val_loader=None,
           optimizer: torch.optim.Optimizer | None = None, loss_fn: LossFn | None = None,
-          autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+          autocast_dtype: torch.dtype | None | str = "auto",
+          scaler: torch.amp.GradScaler | None = None,
           callback: Callable[[int, float, nn.Module], None] | None = None,
           max_steps: int | None = None, progress: bool = True) -> History:
-    """Train ``model`` in place and return its history."""
+    """Train ``model`` in place and return its history. ``autocast_dtype``: see
+    ``training_autocast``; None trains in FP32 everywhere."""
     cfg.validate()
     device = torch.device(device)
+    autocast_dtype = training_autocast(device, autocast_dtype)
+    if autocast_dtype == torch.float16 and device.type == "cuda" and scaler is None:
+        scaler = torch.amp.GradScaler("cuda")   # fp16 gradients underflow without one
     torch.manual_seed(cfg.seed)  # dropout draws
     model.to(device)
     loss_fn = loss_fn or task_loss(cfg.task)

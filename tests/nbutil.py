@@ -1,6 +1,8 @@
 """Helpers shared by the notebook tests."""
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import nbformat
@@ -34,3 +36,41 @@ def widget_errors(nb) -> list[str]:
 def cell_errors(nb) -> list[str]:
     return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
             for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+# Sane bounds by unit: a fraction is in [0, 1], times and sizes are positive.
+BOUNDS = {"fraction": (0.0, 1.0), "s": (0.0, 3600.0), "ms": (0.0, 3.6e6), "x": (0.0, 1e4),
+          "bytes": (0.0, 1e12), "MiB": (0.0, 1e6), "count": (0.0, 1e12),
+          "tokens/s": (0.0, 1e12), "params": (1.0, 1e12), "GFLOP/s": (0.0, 1e7),
+          "GiB/s": (0.0, 1e5)}
+
+
+def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) -> dict:
+    """Execute one lesson in smoke mode with papermill; fail on an error in a cell or inside a
+    widget callback, on missing results, on results out of bounds, and on a time recorded
+    without its device. Returns the lesson's results payload."""
+    import papermill as pm
+
+    results_dir = tmp_path / "results"
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(results_dir))
+    out = tmp_path / nb_path.name
+    pm.execute_notebook(str(nb_path), str(out), parameters={"SMOKE": True},
+                        kernel_name="python3", cwd=str(nb_path.parent), progress_bar=False,
+                        execution_timeout=cell_timeout)
+    nb = read(out)
+    assert not cell_errors(nb)
+    errs = widget_errors(nb)
+    assert not errs, f"exception inside a widget callback: {errs}"
+
+    path = results_dir / f"{nb_path.stem}.json"
+    assert path.exists(), f"{nb_path.name} recorded no results (Recorder.save not called?)"
+    payload = json.loads(path.read_text())
+    assert payload["notebook"] == nb_path.stem and payload["smoke"] is True
+    assert payload["results"], "results list is empty"
+    for r in payload["results"]:
+        assert math.isfinite(r["value"]), r
+        lo, hi = BOUNDS.get(r["unit"], (-math.inf, math.inf))
+        assert lo <= r["value"] <= hi, f"{r['name']} = {r['value']} {r['unit']} out of bounds"
+        if r["unit"] in ("s", "ms"):
+            assert r.get("device"), f"{r['name']}: a time recorded without its device"
+    return payload

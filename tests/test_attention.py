@@ -150,6 +150,17 @@ def test_attention_case_and_sweep_run():
                    progress=False)
     assert len(rows) == 6 and {r["method"] for r in rows} == {"naive", "sdpa", "tiled"}
     assert all(r["ms"] > 0 for r in rows)
+    assert {(r["device"], r["dtype"]) for r in rows} == {("cpu", "float32")}
+
+
+def test_sweep_in_bf16_and_clear_errors():
+    rows = M.sweep([16], heads=2, head_dim=8, repeats=1, warmup=0, dtype="bfloat16",
+                   methods=("naive", "sdpa"), progress=False)
+    assert [r["dtype"] for r in rows] == ["bfloat16", "bfloat16"]
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        M.attention_case(method="sdpa", batch=1, heads=1, length=8, head_dim=8, dtype="fp8")
+    with pytest.raises(ValueError, match="must be CUDA"):
+        M.cuda_peak(dict(method="sdpa", batch=1, heads=1, length=8, head_dim=8))
 
 
 def test_measured_peak_of_naive_attention_follows_the_model():

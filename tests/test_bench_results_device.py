@@ -42,10 +42,15 @@ def test_recorder_writes_the_documented_payload(tmp_path, monkeypatch):
     r = Recorder("00_welcome", smoke=True)
     r.record("test_accuracy", 0.9, "fraction")
     r.record("test_accuracy", 0.95, "fraction")   # replaces, never duplicates
+    r.record("step_ms", 12.5, "ms", device=torch.device("cpu"))
+    r.skip("flash_kernels", needs="cuda", reason="no GPU here")
     path = r.save()
     data = json.loads(path.read_text())
     assert data["notebook"] == "00_welcome" and data["smoke"] is True
-    assert data["results"] == [{"name": "test_accuracy", "value": 0.95, "unit": "fraction"}]
+    assert data["results"] == [{"name": "test_accuracy", "value": 0.95, "unit": "fraction"},
+                               {"name": "step_ms", "value": 12.5, "unit": "ms", "device": "cpu"}]
+    assert data["skipped"] == [{"section": "flash_kernels", "needs": "cuda",
+                                "reason": "no GPU here"}]
     assert "torch_version" in data["hardware"]
     assert load_results(tmp_path)["00_welcome"] == data
 
@@ -57,7 +62,13 @@ def test_recorder_without_directory_and_bad_names(monkeypatch):
     with pytest.raises(ValueError, match="snake_case"):
         r.record("Bad Name", 1, "s")
     with pytest.raises(ValueError, match="finite"):
-        r.record("nan_value", float("nan"), "s")
+        r.record("nan_value", float("nan"), "s", device="cpu")
+    for unit in ("s", "ms"):   # a time without the device it ran on is refused
+        with pytest.raises(ValueError, match="device="):
+            r.record("step_time", 1.0, unit)
+    assert r.record("speedup", 2.0, "x") == 2.0   # other units may omit it
+    with pytest.raises(ValueError, match="needs must be"):
+        r.skip("flash", needs="tpu", reason="")
 
 
 def test_device_choice_and_report():

@@ -18,12 +18,30 @@ from course_lib.distributed import (DRY_RUN, ShardedBatchSampler, WorkerConfig, 
 
 
 def test_backend_auto_and_bad_names():
-    assert resolve_backend("auto") == ("nccl" if torch.cuda.is_available() else "gloo")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert resolve_backend("auto") == ("nccl" if gpus >= 1 else "gloo")
     with pytest.raises(ValueError, match="backend must be one of"):
         resolve_backend("mpi-ish")
-    if not torch.cuda.is_available():
+    with pytest.raises(ValueError, match="local_world_size must be >= 1"):
+        resolve_backend("auto", local_world_size=0)
+    if gpus == 0:
         with pytest.raises(ValueError, match="nccl"):
             resolve_backend("nccl")
+
+
+@pytest.mark.parametrize("gpus, ranks, want", [(0, 1, "gloo"), (0, 2, "gloo"), (1, 1, "nccl"),
+                                               (1, 2, "gloo"), (2, 2, "nccl"), (8, 4, "nccl")])
+def test_auto_picks_nccl_only_with_a_gpu_per_rank(monkeypatch, gpus, ranks, want):
+    """The one-GPU Colab case: two ranks must not both be sent to nccl (rank 1 -> cuda:1)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert resolve_backend("auto", local_world_size=ranks) == want
+    assert resolve_backend("gloo", local_world_size=ranks) == "gloo"
+    if gpus < ranks:
+        with pytest.raises(ValueError, match=f"{ranks} rank.*{gpus} GPU"):
+            resolve_backend("nccl", local_world_size=ranks)
+    else:
+        assert resolve_backend("nccl", local_world_size=ranks) == "nccl"
 
 
 def test_bad_arguments_are_clear_errors():

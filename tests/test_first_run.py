@@ -55,17 +55,17 @@ def test_make_lab_serves_jupyterlab(tmp_path):
         proc = subprocess.Popen(_make_lab(f"PORT={port}"), cwd=ROOT, env=env, stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        body, deadline = None, time.monotonic() + 90
+        body, url, deadline = None, "", time.monotonic() + 90
         while body is None and time.monotonic() < deadline:
             assert proc.poll() is None, f"make lab exited early:\n{log.read_text()}"
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}",
                                             timeout=5) as r:
-                    body = r.read().decode()
+                    body, url = r.read().decode(), r.geturl()
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.5)
         assert body is not None, f"no answer on port {port}:\n{log.read_text()}"
-        assert "JupyterLab" in body
+        assert "JupyterLab" in body and "/login" not in url   # the lab itself, not a login page
         text = log.read_text()
         assert f"http://localhost:{port}/lab" in text  # the URL a browserless machine needs
         assert "Running as root is not recommended" not in text

@@ -16,6 +16,15 @@ def test_measurements_are_positive_estimates():
         measure_bandwidth(mib=0)
 
 
+def test_machine_records_the_format_of_its_matmul_peak():
+    from course_lib.hardware import measure_machine
+
+    m32 = measure_machine(matmul_size=64, copy_mib=1, repeats=1)
+    m16 = measure_machine(matmul_size=64, copy_mib=1, repeats=1, dtype=torch.bfloat16)
+    assert (m32.dtype, m16.dtype) == ("float32", "bfloat16")
+    assert m32.peak_flops > 0 and m16.peak_flops > 0
+
+
 def test_roofline_and_ridge_point():
     m = Machine("cpu", peak_flops=100e9, bandwidth=10e9)
     assert m.ridge_point == 10.0

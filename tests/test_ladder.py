@@ -81,6 +81,9 @@ def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
     rec = Recorder("11_capstone", smoke=True)
     ladder.record(rows, rec)
     assert len(rec.results) == len(rows) * len(ladder.METRICS)
+    # every time carries its device; the int8 rung ran on the CPU whatever the machine
+    assert all(r.get("device") for r in rec.results if r["unit"] in ("s", "ms"))
+    assert {r["device"] for r in rec.results if r["name"].startswith("int8_")} == {"cpu"}
     sizes = [rec.get(f"{name}_size_bytes") for name in ("int8", "pruning", "baseline")]
     assert sizes == sorted(sizes) and len(set(sizes)) == 3
     # every point that trains the teacher has a training time; the others only where measured

@@ -75,3 +75,20 @@ def test_evaluate_under_bf16_autocast_matches_fp32_closely(corpus):
     b = evaluate(model, loader, autocast_dtype=torch.bfloat16)["accuracy"]
     assert abs(a - b) <= 0.1
     assert torch.backends.mha.get_fastpath_enabled()   # restored afterwards
+
+
+@pytest.mark.parametrize("cc, want", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                                      ((9, 0), torch.bfloat16), ((6, 1), None)])
+def test_training_precision_follows_the_gpu(monkeypatch, cc, want):
+    """On CUDA, train() autocasts to bf16 from compute capability 8 and to fp16 below (a T4);
+    off CUDA it stays FP32 unless asked; an explicit dtype or None always wins."""
+    from course_lib.train import training_autocast
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "test GPU")
+    assert training_autocast("cuda") == want
+    assert training_autocast("cpu") is None
+    assert training_autocast("cuda", None) is None
+    assert training_autocast("cpu", torch.bfloat16) == torch.bfloat16
+    with pytest.raises(ValueError, match="autocast_dtype must be"):
+        training_autocast("cpu", "bf16")

@@ -1,0 +1,39 @@
+"""2:4 semi-structured sparsity: the pattern (anywhere), and clear errors where the kernel is
+missing. The sparse kernel itself is checked on a GPU in tests/test_gpu.py."""
+import pytest
+import torch
+from torch import nn
+
+from course_lib.models import build_model
+from course_lib.semi_structured import apply_2_4, ffn_linears, fraction_2_4, supported
+
+
+def test_apply_2_4_keeps_the_two_largest_of_every_four():
+    torch.manual_seed(0)
+    model = build_model(50, preset="student").eval()
+    before = [lin.weight.detach().clone() for lin in ffn_linears(model)]
+    assert all(fraction_2_4(w) < 0.5 for w in before)   # dense weights are not 2:4
+    assert apply_2_4(model) == 2
+    for w0, lin in zip(before, ffn_linears(model)):
+        w = lin.weight.detach()
+        assert fraction_2_4(w) == 1.0 and (w != 0).float().mean() == 0.5
+        # an independent check of "the two largest": each kept |w| >= each dropped |w| per group
+        g0, g = w0.abs().reshape(w0.shape[0], -1, 4), w.reshape(w.shape[0], -1, 4)
+        kept = torch.where(g != 0, g0, torch.inf).amin(-1)
+        dropped = torch.where(g == 0, g0, -torch.inf).amax(-1)
+        assert (kept >= dropped).all()
+        assert torch.equal(w[w != 0], w0[w != 0])   # kept weights are unchanged
+    ids = torch.randint(1, 50, (2, 12))
+    assert model(ids, torch.ones_like(ids, dtype=torch.bool)).shape == (2, 2)
+
+
+def test_convert_needs_a_supported_gpu_and_16_bit_weights():
+    ok, why = supported("cpu")
+    assert not ok and "CUDA" in why
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA GPUs only"):
+            apply_2_4(build_model(50, preset="student"), convert=True)
+    with pytest.raises(ValueError, match="no nn.TransformerEncoderLayer"):
+        ffn_linears(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="divisible by 4"):
+        fraction_2_4(torch.ones(3, 6))
