@@ -54,3 +54,69 @@ def test_ladder_and_its_hardware_head_the_summary_page(tmp_path):
 def test_summary_without_capstone_results_has_no_ladder():
     page = summary_html({}, {"05_pruning": (False, 3.0, "RuntimeError: boom")})
     assert "The optimization ladder" not in page and "Hardware (this machine)" in page
+
+
+def _payload(stem, device, value, name="step_ms", device_name="FakeCPU"):
+    return {"notebook": stem, "smoke": False,
+            "hardware": {"device": device, "device_name": device_name},
+            "results": [{"name": name, "value": value, "unit": "ms", "device": device}]}
+
+
+def test_gpu_run_is_stored_and_shown_beside_this_machine(tmp_path):
+    from course_lib.report import load_gpu_runs, save_gpu_run
+
+    gpu_dir, store = tmp_path / "gpu_results", tmp_path / "store"
+    gpu_dir.mkdir()
+    (gpu_dir / "04_mixed_precision.json").write_text(json.dumps(
+        _payload("04_mixed_precision", "cuda", 3.25, device_name="NVIDIA Fake 100")))
+    path = save_gpu_run(gpu_dir, store)
+    assert path.name == "NVIDIA_Fake_100.json"
+    runs = load_gpu_runs(store)
+    assert list(runs) == ["NVIDIA Fake 100"]
+    here = {"04_mixed_precision": _payload("04_mixed_precision", "cpu", 41.5)}
+    page = summary_html(here, {}, runs)
+    assert "<th>NVIDIA Fake 100</th>" in page
+    assert "<td>41.5 (cpu)</td><td>3.25 (cuda)</td>" in page
+    assert "Stored GPU run: NVIDIA Fake 100" in page
+    assert summary_html(here, {}, {}).count("<th>") == 3   # no GPU run: result, value, unit
+
+
+def test_save_gpu_run_refuses_cpu_results_and_empty_folders(tmp_path):
+    import pytest
+
+    from course_lib.report import save_gpu_run
+
+    with pytest.raises(ValueError, match="no results"):
+        save_gpu_run(tmp_path, tmp_path / "store")
+    (tmp_path / "00_welcome.json").write_text(json.dumps(_payload("00_welcome", "cpu", 1.0)))
+    with pytest.raises(ValueError, match="not on a CUDA GPU"):
+        save_gpu_run(tmp_path, tmp_path / "store")
+
+
+def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkeypatch):
+    """The lessons run with notebooks/ as their working directory: a relative --out must still
+    put the results where index.html is built from (seen broken on a fresh clone)."""
+    import os
+    from pathlib import Path
+
+    from course_lib import report
+
+    def fake_execute(nb, out_dir, *, smoke, timeout):
+        cwd = os.getcwd()
+        os.chdir(nb.parent)   # what papermill does for the kernel
+        try:
+            results = Path(os.environ["COURSE_RESULTS_DIR"])
+            results.mkdir(parents=True, exist_ok=True)
+            (results / f"{nb.stem}.json").write_text(json.dumps(
+                {"notebook": nb.stem, "smoke": True, "hardware": {},
+                 "results": [{"name": "marker_value", "value": 7.0, "unit": "count"}]}))
+        finally:
+            os.chdir(cwd)
+        return True, 0.1, ""
+
+    monkeypatch.setattr(report, "execute", fake_execute)
+    for var in ("COURSE_RESULTS_DIR", "COURSE_STATIC"):   # main() sets them: restore after
+        monkeypatch.setenv(var, "")
+    monkeypatch.chdir(tmp_path)
+    assert report.main(["--out", "build", "--only", "00_welcome"]) == 0
+    assert "marker_value" in (tmp_path / "build" / "index.html").read_text()
