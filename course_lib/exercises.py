@@ -1,8 +1,11 @@
 """Exercises with automatic checks that never break "Run All".
 
 A learner's stub raises ``NotImplementedError`` (or returns ``None``): ``check`` then prints
-what is missing and returns False instead of raising. The collapsed solution cell calls
-``check(..., strict=True)``, so CI fails if a solution is wrong.
+what is missing and returns None instead of raising; any other exception from unfinished code
+(a ``TypeError``, an ``AttributeError``...) is reported the same way, with its type and message,
+so "Run All" always reaches the end. The collapsed solution cell calls
+``check(..., strict=True)``, so CI fails if a solution is wrong. ``check`` returns None, so a
+check cell shows only its one line, never a stray ``True``/``False``.
 """
 from __future__ import annotations
 
@@ -13,11 +16,12 @@ class ExerciseNotDone(Exception):
     pass
 
 
-def check(name: str, test: Callable[[], None], *, strict: bool = False) -> bool:
-    """Run ``test`` (which asserts); report the outcome in one line.
+def check(name: str, test: Callable[[], None], *, strict: bool = False) -> None:
+    """Run ``test`` (which asserts); print the outcome in one line.
 
-    Unfinished work (NotImplementedError, or an AssertionError with ``strict=False``) prints a
-    hint and returns False. With ``strict=True`` any failure raises.
+    With ``strict=False`` (the learner's check cell) nothing raises: not attempted
+    (NotImplementedError), wrong (AssertionError) and broken (any other exception) each print
+    a hint. With ``strict=True`` (the solution cell, run by CI) any failure raises.
     """
     try:
         test()
@@ -25,11 +29,15 @@ def check(name: str, test: Callable[[], None], *, strict: bool = False) -> bool:
         if strict:
             raise
         print(f"[ ] {name}: not attempted yet; fill in the cell above, then run this one again.")
-        return False
+        return
     except AssertionError as err:
         if strict:
             raise
         print(f"[x] {name}: not quite. {err}")
-        return False
+        return
+    except Exception as err:  # the learner's unfinished code may raise anything
+        if strict:
+            raise
+        print(f"[x] {name}: your code raised {type(err).__name__}: {err}")
+        return
     print(f"[✓] {name}: correct.")
-    return True

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from .claims import CLAIMS
 from .device import report as hardware_rows
 from .ladder import METRICS
 from .results import load_results
@@ -133,14 +134,38 @@ def _value(r: dict) -> str:
     return f"{r['value']:.4g}" + (f" ({r['device']})" if r.get("device") else "")
 
 
+def claims_html(results: dict[str, dict]) -> str:
+    """The "Claims checked" table: every verdict the lessons recorded, in registry order, and
+    every registered claim that no lesson judged in this run."""
+    found = {v["claim"]: (stem, v, data.get("hardware", {}))
+             for stem, data in results.items() for v in data.get("verdicts", [])}
+    rows = []
+    for cid, c in CLAIMS.items():
+        stem, v, hw = found.get(cid, (c.lesson, None, {}))
+        verdict = v["outcome"] if v else "not run"
+        where = f"{hw.get('device', '?')} ({hw.get('device_name', '?')})" if v else "–"
+        rows.append(f"<tr><td>{html.escape(c.original)}<br><i>{html.escape(c.english)}</i></td>"
+                    f"<td>{c.article}</td><td>{html.escape(stem)}</td>"
+                    f"<td>{html.escape(v['evidence']) if v else '–'}</td>"
+                    f"<td class='{verdict.replace(' ', '_')}'><b>{verdict}</b></td>"
+                    f"<td>{html.escape(where)}</td></tr>")
+    return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
+            "written beside each claim (<code>course_lib.claims</code>) from numbers measured in "
+            "this run.</p><table><tr><th>claim (original, English)</th><th>article</th>"
+            "<th>lesson</th><th>evidence</th><th>verdict</th><th>hardware</th></tr>"
+            + "".join(rows) + "</table>")
+
+
 def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, str]],
                  gpu_runs: dict[str, dict] | None = None) -> str:
     parts = ["<html><head><meta charset='utf-8'><title>Course report</title>",
              "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
              "td:nth-child(2){text-align:right}table.ladder td{text-align:right}"
-             "table.ladder td:first-child{text-align:left}</style></head><body>",
-             "<h1>Efficient Transformers, Hands-On: measured on this machine</h1>"]
+             "table.ladder td:first-child{text-align:left}td.holds{color:#2a7d2a}"
+             "td.fails{color:#b22}td.inconclusive{color:#a60}</style></head><body>",
+             "<h1>Efficient Transformers, Hands-On: measured on this machine</h1>",
+             claims_html(results)]
     if LADDER in results:
         parts.append(ladder_html(results[LADDER]))
     parts.append(f"<h2>Hardware (this machine)</h2><table>{_rows(hardware_rows())}</table>")

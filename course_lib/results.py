@@ -28,6 +28,10 @@ import torch
 from .device import capabilities
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# The units of notebooks/README.md: a signed accuracy difference is in "points" (percentage
+# points, may be negative), a signal-to-noise ratio in "dB".
+UNITS = frozenset({"fraction", "s", "ms", "x", "bytes", "MiB", "count", "tokens/s", "params",
+                   "GFLOP/s", "GiB/s", "points", "dB"})
 TIMING_UNITS = frozenset({"s", "ms"})
 # What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, or >= 2 GPUs.
 NEEDS = ("cuda", "sm80", "multi_gpu")
@@ -40,6 +44,7 @@ class Recorder:
         self.notebook, self.smoke = notebook, bool(smoke)
         self.results: list[dict] = []
         self.skipped: list[dict] = []
+        self.verdicts: list[dict] = []
 
     def record(self, name: str, value: float, unit: str, *,
                device: torch.device | str | None = None) -> float:
@@ -47,6 +52,8 @@ class Recorder:
         ``device``: where it was measured; required for times (``s``, ``ms``)."""
         if not _NAME.match(name):
             raise ValueError(f"name must be snake_case ([a-z][a-z0-9_]*), got {name!r}")
+        if unit not in UNITS:
+            raise ValueError(f"unit of {name!r} must be one of {sorted(UNITS)}, got {unit!r}")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"value of {name!r} must be finite, got {value}")
@@ -59,6 +66,11 @@ class Recorder:
         self.results = [r for r in self.results if r["name"] != name]
         self.results.append(entry)
         return value
+
+    def verdict(self, verdict) -> None:
+        """Store a ``course_lib.claims.Verdict`` (one per claim; a later one replaces it)."""
+        self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
+        self.verdicts.append(verdict.as_dict())
 
     def skip(self, section: str, *, needs: str, reason: str) -> None:
         """Note that ``section`` did not run here because it ``needs`` other hardware."""
@@ -78,7 +90,7 @@ class Recorder:
     def payload(self) -> dict:
         return {"notebook": self.notebook, "smoke": self.smoke,
                 "hardware": capabilities().as_dict(), "results": list(self.results),
-                "skipped": list(self.skipped)}
+                "skipped": list(self.skipped), "verdicts": list(self.verdicts)}
 
     def save(self, directory: str | os.PathLike | None = None) -> Path | None:
         """Write the JSON file; a no-op (returns None) when no directory is configured."""

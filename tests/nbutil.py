@@ -73,4 +73,10 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
         assert lo <= r["value"] <= hi, f"{r['name']} = {r['value']} {r['unit']} out of bounds"
         if r["unit"] in ("s", "ms"):
             assert r.get("device"), f"{r['name']}: a time recorded without its device"
+    from course_lib.claims import for_lesson
+
+    judged = {v["claim"]: v["outcome"] for v in payload.get("verdicts", [])}
+    missing = [c.id for c in for_lesson(nb_path.stem) if c.id not in judged]
+    assert not missing, f"claims of {nb_path.stem} without a verdict: {missing}"
+    assert set(judged.values()) <= {"holds", "fails", "inconclusive"}, judged
     return payload

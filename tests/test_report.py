@@ -15,7 +15,8 @@ def test_summary_lists_hardware_every_result_and_failures():
             "05_pruning": (False, 3.0, "RuntimeError: boom")}
     page = summary_html(results, runs)
     assert "torch threads" in page and "baseline_test_accuracy" in page and "0.93" in page
-    assert page.index("11_capstone") < page.index("00_welcome")   # the ladder comes first
+    # the ladder's lesson comes first among the lessons
+    assert page.index("<h2><a href='notebooks/11_capstone") < page.index("<h2><a href='notebooks/00_welcome")
     assert "RuntimeError: boom" in page
 
 
@@ -43,7 +44,7 @@ def test_ladder_and_its_hardware_head_the_summary_page(tmp_path):
     page = summary_html(results, {"00_welcome": (True, 5.0, ""), "11_capstone": (True, 9.0, "")})
     ladder = page.index("The optimization ladder")
     assert ladder < page.index("FakeCPU 9000") < page.index("Hardware (this machine)")
-    assert page.index("Hardware (this machine)") < page.index("00_welcome")
+    assert page.index("Hardware (this machine)") < page.index("<h2><a href='notebooks/00_welcome")
     table = ladder_html(results["11_capstone"])
     assert table.index("<td>baseline</td>") < table.index("<td>bucketing</td>")
     for text in ("78.0%", "300.0 (1.0×)", "20.0 (15.0×)", "4.00 (10.0×)", "60.0", "2.00", "40.0",
@@ -78,7 +79,7 @@ def test_gpu_run_is_stored_and_shown_beside_this_machine(tmp_path):
     assert "<th>NVIDIA Fake 100</th>" in page
     assert "<td>41.5 (cpu)</td><td>3.25 (cuda)</td>" in page
     assert "Stored GPU run: NVIDIA Fake 100" in page
-    assert summary_html(here, {}, {}).count("<th>") == 3   # no GPU run: result, value, unit
+    assert "<th>result</th><th>this machine</th><th>unit</th>" in summary_html(here, {}, {})
 
 
 def test_save_gpu_run_refuses_cpu_results_and_empty_folders(tmp_path):
@@ -120,3 +121,20 @@ def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     assert report.main(["--out", "build", "--only", "00_welcome"]) == 0
     assert "marker_value" in (tmp_path / "build" / "index.html").read_text()
+
+
+def test_report_opens_with_the_claims_table():
+    from course_lib.claims import CLAIMS, judge
+
+    v = judge("fixed_size_inputs", 0, evidence="ran on 3 lengths, refused none (cpu)")
+    results = {"01_padding": {"notebook": "01_padding", "smoke": False,
+                              "hardware": {"device": "cpu", "device_name": "FakeCPU"},
+                              "results": [], "verdicts": [v.as_dict()]}}
+    page = summary_html(results, {})
+    assert page.index("Claims checked") < page.index("Hardware (this machine)")
+    claims = page[page.index("Claims checked"):page.index("Hardware (this machine)")]
+    assert claims.count("<tr>") == len(CLAIMS) + 1              # every claim, and the header
+    row = claims[claims.index(CLAIMS["fixed_size_inputs"].original):]
+    row = row[:row.index("</tr>")]
+    assert "ran on 3 lengths" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
+    assert claims.count("<b>not run</b>") == len(CLAIMS) - 1

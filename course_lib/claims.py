@@ -1,0 +1,116 @@
+"""The claims the course checks: what the two source articles say, and how a lesson judges it.
+
+Article ``000`` (why Transformers run out of memory; padding, batching, AMP, float formats) and
+``004`` (ten optimization techniques) are the texts learners often arrive with. Each claim keeps
+the original sentence, an English rendering, the lesson that checks it and the rule
+(``course_lib.verdicts.Rule``) its verdict follows. The lesson measures, calls ``judge`` and
+records the verdict (``Recorder.verdict``); ``make report`` opens with the table of them all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .verdicts import Rule
+
+ARTICLES = {"000": "Transformer OOM and acceleration strategies (padding, batching, AMP, FP16)",
+            "004": "Optimizing large Transformers: ten techniques"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    article: str          # "000" or "004"
+    original: str         # the article's own words
+    english: str          # what it says, in English
+    lesson: str           # the notebook stem that checks it
+    rule: Rule
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    outcome: str          # "holds", "fails" or "inconclusive"
+    value: float | None
+    se: float
+    evidence: str         # the measurement in words, with the hardware it ran on
+
+    def as_dict(self) -> dict:
+        return {"claim": self.claim, "outcome": self.outcome, "value": self.value,
+                "se": self.se, "evidence": self.evidence}
+
+    def markdown(self) -> str:
+        c = CLAIMS[self.claim]
+        return (f"**Claim** ({c.article}): “{c.original}” — {c.english}  \n"
+                f"**Evidence:** {self.evidence}  \n"
+                f"**Rule:** {c.rule.text()}.  \n**Verdict: {self.outcome}.**")
+
+
+_CLAIMS = [
+    Claim("params_drive_memory", "000",
+          "參數數量龐大：Transformer模型通常包含大量的參數……這些參數需要大量的內存來存儲權重和梯度。",
+          "The many parameters are why Transformers run out of memory (weights and gradients).",
+          "00_welcome",
+          Rule("parameter memory (weights, gradients, AdamW state) ÷ stored activations, "
+               "training the teacher on 32 reviews of 512 tokens", ">=", 1.0)),
+    Claim("activations_grow_with_length", "000",
+          "自注意力機制……導致計算復雜度和內存需求隨著輸入長度的增加而顯著增加。"
+          "激活和中間狀態存儲……增加了額外的內存負擔。",
+          "Memory grows markedly with input length: attention and the stored activations.",
+          "00_welcome",
+          Rule("the growth exponent k of stored activations (memory ∝ length^k) from 64 to 512 "
+               "tokens; 1 = in proportion to length, 2 = quadratic", ">=", 0.9)),
+    Claim("fixed_size_inputs", "000",
+          "許多機器學習模型（尤其是基于Transformer的模型）需要輸入數據具有固定的尺寸",
+          "Transformers need inputs of one fixed size.",
+          "01_padding",
+          Rule("the number of different sequence lengths the model refused", ">=", 1.0)),
+    Claim("padding_must_not_affect", "000",
+          "填充部分不應影響到模型的學習。因此通常需要使用注意力掩碼",
+          "Padding must not affect the model, which is what the attention mask is for.",
+          "01_padding",
+          Rule("the largest change of a logit caused by padding, with the mask", "<=", 1e-5)),
+    Claim("dynamic_padding_faster", "000",
+          "這樣雖然每個批次的長度是不同的，但是批次內部的長度是相同的，可以加快處理速度。",
+          "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",
+          "01_padding",
+          Rule("inference speed-up of dynamic padding over padding to 512", ">=", 1.1)),
+    Claim("uniform_length_faster", "000",
+          "通過等長匹配的策略，減少了填充量，這樣也可以加速計算",
+          "Grouping sequences of similar length reduces padding and speeds up computation.",
+          "02_batching",
+          Rule("training speed-up of length-grouped batches over dynamic padding", ">=", 1.1)),
+    Claim("float_layouts", "000",
+          "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
+          "FP64/FP32/FP16 have 52/23/10 bits of precision.",
+          "03_floating_point",
+          Rule("the number of formats whose stated bits differ from the stored fraction bits",
+               "<=", 0.0)),
+    Claim("fp16_faster_training", "000",
+          "所以Fp16可以提高內存節省，并可以大大提高模型訓練的速度。",
+          "FP16 greatly speeds up training.",
+          "04_mixed_precision",
+          Rule("training-step speed-up of FP16 autocast over FP32 on this device", ">=", 1.2)),
+    Claim("fp16_bad_for_regression", "000",
+          "對于回歸這種需要精確數值的任務Fp16的表現并不好。",
+          "FP16 does badly on regression, which needs precise values.",
+          "04_mixed_precision",
+          Rule("regression error (MAE) with FP16 + GradScaler ÷ with FP32", ">=", 1.1)),
+    Claim("pruning_keeps_accuracy", "004",
+          "去除冗余的参数和连接，可以大幅减小模型大小和计算复杂度，同时保持甚至提高模型精度。",
+          "Pruning redundant weights shrinks the model while keeping or even improving accuracy.",
+          "05_pruning",
+          Rule("test accuracy change after pruning 20% of the weights (points)", ">=", -1.0)),
+]
+CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
+
+
+def judge(claim_id: str, value: float | None, *, se: float = 0.0, evidence: str) -> Verdict:
+    """The verdict of ``claim_id`` for a measured ``value`` (standard error ``se``)."""
+    if claim_id not in CLAIMS:
+        raise ValueError(f"claim_id must be one of {sorted(CLAIMS)}, got {claim_id!r}")
+    outcome = CLAIMS[claim_id].rule.judge(value, se)
+    return Verdict(claim_id, outcome, None if value is None else float(value), float(se), evidence)
+
+
+def for_lesson(stem: str) -> list[Claim]:
+    return [c for c in _CLAIMS if c.lesson == stem]

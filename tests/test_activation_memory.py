@@ -1,0 +1,48 @@
+"""Saved-activation accounting, checked against hand counts on models small enough to reason about."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_lib.activation_memory import growth_exponent, parameter_state_bytes, saved_activation_bytes
+from course_lib.models import build_model, count_parameters
+
+
+class TwoLinear(nn.Module):
+    """Linear -> ReLU -> Linear: saves x (for W1's grad), relu's output (for W2's grad and
+    relu's own backward: one storage)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16, bias=False), nn.Linear(16, 4, bias=False)
+
+    def forward(self, x, mask):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_counts_match_a_hand_count_and_skip_parameters():
+    x = torch.randn(5, 8, requires_grad=False)
+    got = saved_activation_bytes(TwoLinear(), x, None)
+    assert got == 4 * (5 * 8 + 5 * 16)          # input and relu output, fp32; weights excluded
+
+
+def test_encoder_activations_grow_with_length_and_dwarf_nothing_at_short_lengths():
+    torch.manual_seed(0)
+    model = build_model(40, preset="student")
+    small, large = (saved_activation_bytes(model, torch.randint(1, 40, (2, n)),
+                                           torch.ones(2, n, dtype=torch.bool)) for n in (16, 64))
+    k = growth_exponent(small, large, length_small=16, length_large=64)
+    assert 0.9 <= k <= 2.1                       # at least linear, at most quadratic
+    assert model.training                        # left in train mode, as built
+    assert parameter_state_bytes(model) == 16 * count_parameters(model)   # AdamW, fp32
+
+
+def test_growth_exponent_hand_values_and_errors():
+    assert growth_exponent(1.0, 4.0, length_small=10, length_large=20) == pytest.approx(2.0)
+    assert growth_exponent(3.0, 24.0, length_small=64, length_large=512) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="> 0"):
+        growth_exponent(0.0, 1.0, length_small=1, length_large=2)
+    with pytest.raises(ValueError, match="length_small < length_large"):
+        growth_exponent(1.0, 2.0, length_small=4, length_large=4)
+    assert math.isfinite(growth_exponent(1.0, 1.0, length_small=1, length_large=2))
