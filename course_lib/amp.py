@@ -50,9 +50,9 @@ def choose_precision(device: torch.device | str) -> Precision:
     device = torch.device(device)
     dt = amp_dtype(device)
     if dt == torch.bfloat16:
-        return Precision("bf16", dt, False, f"{device.type} has fast bf16")
+        return Precision("bf16", dt, False, f"{device.type} has bf16 instructions")
     if dt == torch.float16 and device.type == "cuda":
-        return Precision("fp16", dt, True, "GPU without fast bf16: fp16 with a GradScaler")
+        return Precision("fp16", dt, True, "GPU without bf16 tensor cores: fp16 with a GradScaler")
     return Precision("fp32", None, False, f"no fast low-precision math on {device.type}")
 
 

@@ -94,7 +94,9 @@ def report(device: torch.device | str | None = None) -> list[tuple[str, str]]:
     c = capabilities(device)
     return [("torch", c.torch_version), ("device", c.device), ("device name", c.device_name),
             ("compute capability", c.compute_capability or "n/a"),
-            ("fast bf16", str(c.bf16_fast)), ("fast fp16", str(c.fp16_fast)),
+            # From CPU flags or the compute capability: instructions exist; whether they are
+            # faster here is a measurement (lesson 00 times a bf16 matmul against FP32).
+            ("bf16 instructions", str(c.bf16_fast)), ("fp16 tensor cores", str(c.fp16_fast)),
             ("CPU avx512_bf16", str(c.cpu_avx512_bf16)), ("CPU AMX", str(c.cpu_amx)),
             ("torch threads", str(c.threads)), ("CPU cores", str(os.cpu_count())),
             ("python", platform.python_version())]

@@ -1,8 +1,10 @@
 """A Transformer encoder for sequence classification or regression, built from torch.nn.
 
 Follows the encoder of Vaswani et al. (2017) as implemented by ``nn.TransformerEncoder``:
-token + learned position embeddings, post-norm layers (so PyTorch's inference fast path and
-nested tensors apply), mean pooling over real tokens only, then a linear head. The pieces
+token + learned position embeddings, pre-norm layers by default (``norm_first=True``: they train
+stably at a higher learning rate), mean pooling over real tokens only, then a linear head.
+PyTorch's nested-tensor inference path (it skips padding) needs post-norm layers, so the course's
+own models never take it; lesson 01 builds post-norm copies to show it. The pieces
 (``embed``, ``encode``, ``pool``) are public so that packing (lesson 02) and attention
 (lesson 09) can call them with their own positions and masks.
 """

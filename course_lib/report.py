@@ -48,15 +48,14 @@ _SPEEDUP = ("train_epoch_s", "test_set_s")   # times shown with their speed-up o
 
 def execute(nb: Path, out_dir: Path, *, smoke: bool, timeout: int) -> tuple[bool, float, str]:
     """Execute one notebook with papermill in a subprocess; returns (ok, seconds, error)."""
-    import papermill as pm
+    from .notebook_runner import execute_notebook
 
     out = out_dir / "notebooks" / nb.name
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    try:
-        pm.execute_notebook(str(nb), str(out), parameters={"SMOKE": smoke} if smoke else {},
-                            kernel_name="python3", cwd=str(nb.parent), progress_bar=False,
-                            execution_timeout=timeout)
+    try:   # a lost kernel reply reruns the lesson once, saying so, instead of hanging
+        execute_notebook(nb, out, parameters={"SMOKE": smoke} if smoke else {}, cwd=nb.parent,
+                         cell_timeout=timeout, log=lambda s: print("  " + s, flush=True))
         error = ""
     except Exception as exc:  # report and continue with the next lesson
         error = f"{type(exc).__name__}: {str(exc)[-500:]}"

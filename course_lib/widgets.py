@@ -3,7 +3,10 @@
 ``explore(update, controls)`` displays the controls above one output area and calls
 ``update(**values)`` once with the defaults, then again on every change. ``update`` returns
 what to show (a matplotlib ``Figure``, text, or anything ``display`` takes); the output area
-is cleared first, so moving a slider replaces the figure instead of stacking a new one.
+is cleared first, so moving a slider replaces the figure instead of stacking a new one. Every
+control that can update continuously (sliders, text boxes) is set to ``continuous_update=False``:
+a recomputation runs once, when the learner lets go of the slider or presses Enter, instead of
+for every intermediate value.
 
 With no widget front end (``COURSE_STATIC=1``, set by ``make report``), the default result is
 displayed as a plain cell output, so an executed notebook still carries every figure.
@@ -49,6 +52,9 @@ def explore(update: Callable[..., object], controls: dict[str, widgets.ValueWidg
     a returned widget would be displayed a second time as the cell's value)."""
     if not controls:
         raise ValueError("controls must hold at least one widget")
+    for w in controls.values():
+        if "continuous_update" in w.trait_names():
+            w.continuous_update = False   # recompute once, when the learner lets go
     values = lambda: {k: w.value for k, w in controls.items()}  # noqa: E731
     if static_mode():
         print((title + ": " if title else "") + "static figure for the default settings "

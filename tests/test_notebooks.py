@@ -8,6 +8,7 @@ Per-cell and per-test timeouts make a stalled kernel fail instead of hanging CI.
 """
 from __future__ import annotations
 
+import ast
 import os
 
 import pytest
@@ -31,3 +32,37 @@ def test_every_notebook_has_parameters_cell_and_no_outputs():
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
         assert "SMOKE" in tagged[0].source, f"{path.name}: parameters cell lacks SMOKE"
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
+
+
+def _assigned(source: str) -> set[str]:
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id.isupper():
+                        names.add(n.id)
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_knobs_live_in_the_parameters_cell_only(path):
+    """papermill -p NAME VALUE must win: the cell after the parameters cell may only fill in the
+    knobs left at None (or compute lines marked '# derived'), and no later cell reassigns one."""
+    cells = [c for c in read(path).cells if c.cell_type == "code"]
+    i = next(k for k, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+    knobs, nxt = _assigned(cells[i].source), cells[i + 1].source
+    lines = nxt.splitlines()
+    for node in ast.walk(ast.parse(nxt)):
+        if not isinstance(node, ast.Assign):
+            continue
+        names = _assigned(ast.get_source_segment(nxt, node))
+        if not names or "# derived" in lines[node.lineno - 1]:
+            continue
+        text = " ".join(ast.get_source_segment(nxt, node).split())
+        assert len(names) == 1 and names <= knobs, f"{path.name}: {sorted(names)} set after the parameters cell"
+        (name,) = names
+        assert text.endswith(f"if {name} is None else {name}"), f"{path.name}: {text}"
+    for c in cells[i + 2:]:
+        again = _assigned(c.source) & knobs
+        assert not again, f"{path.name}: a later cell reassigns {sorted(again)}"
