@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from .device import amp_dtype
+from .models import mha_fastpath
 from .train import LossFn, evaluate, task_loss, to_device, warmup_cosine
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
@@ -165,27 +165,12 @@ def amp_train(model: nn.Module, loader: Iterable[dict], *, precision_name: str =
     return hist
 
 
-@contextmanager
-def no_fastpath() -> Iterator[None]:
-    """Disable PyTorch's fused Transformer inference path while inside.
-
-    In torch 2.13 ``nn.TransformerEncoderLayer`` in eval mode takes its fused fast path even
-    under CPU autocast and then fails ("expected scalar type Float but found BFloat16");
-    the regular path is the same math.
-    """
-    before = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(before)
-
-
 def evaluate_amp(model: nn.Module, loader, *, device: torch.device | str = "cpu",
                  task: str = "classification", precision_name: str = "fp32") -> dict[str, float]:
     """``course_lib.train.evaluate`` under the autocast dtype of ``precision_name``."""
     dtype = precision(precision_name).dtype
-    with no_fastpath():
+    # the fused fast path fails under CPU autocast in torch 2.13; the regular path is the same math
+    with mha_fastpath(False):
         return evaluate(model, loader, device=device, task=task, autocast_dtype=dtype)
 
 
@@ -220,23 +205,32 @@ def layer_output_dtypes(model: nn.Module, batch: dict, *, device: torch.device |
 
 
 def op_output_dtypes(device: torch.device | str, dtype: torch.dtype,
-                     *, seed: int = 0) -> list[tuple[str, str]]:
-    """(operation, output dtype) for FP32 inputs under autocast: which ops run in ``dtype``."""
+                     *, seed: int = 0) -> list[tuple[str, str, str]]:
+    """(operation, output dtype from FP32 inputs, output dtype from ``dtype`` inputs) under
+    autocast on ``device``. Both columns are needed: an op that autocast forces to FP32 turns
+    low-precision inputs into FP32, while an op autocast leaves alone keeps its inputs' dtype;
+    from FP32 inputs alone the two look the same."""
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    a = torch.randn(8, 16, generator=g).to(device)
-    w = torch.randn(16, 16, generator=g).to(device)
+    base = (torch.randn(8, 16, generator=g), torch.randn(16, 16, generator=g))
     y = torch.randint(0, 16, (8,), generator=g).to(device)
     F = nn.functional
-    ops = {"matmul": lambda: a @ w, "linear": lambda: F.linear(a, w),
-           "bmm": lambda: torch.bmm(a[None], w[None]),
-           "softmax": lambda: torch.softmax(a, -1), "log_softmax": lambda: F.log_softmax(a, -1),
-           "layer_norm": lambda: F.layer_norm(a, (16,)),
-           "cross_entropy": lambda: F.cross_entropy(a, y), "mse_loss": lambda: F.mse_loss(a, a),
-           "exp": lambda: a.exp(), "sum": lambda: a.sum(), "add": lambda: a + a,
-           "relu": lambda: F.relu(a)}
-    with torch.amp.autocast(device_type=device.type, dtype=dtype):
-        return [(k, str(f().dtype).replace("torch.", "")) for k, f in ops.items()]
+
+    def table(a, w):
+        ops = {"matmul": lambda: a @ w, "linear": lambda: F.linear(a, w),
+               "bmm": lambda: torch.bmm(a[None], w[None]),
+               "softmax": lambda: torch.softmax(a, -1),
+               "log_softmax": lambda: F.log_softmax(a, -1),
+               "layer_norm": lambda: F.layer_norm(a, (16,)),
+               "cross_entropy": lambda: F.cross_entropy(a, y),
+               "mse_loss": lambda: F.mse_loss(a, a), "exp": lambda: a.exp(),
+               "sum": lambda: a.sum(), "add": lambda: a + a, "relu": lambda: F.relu(a)}
+        with torch.amp.autocast(device_type=device.type, dtype=dtype):
+            return {k: str(f().dtype).replace("torch.", "") for k, f in ops.items()}
+
+    from32 = table(*(t.to(device) for t in base))
+    fromlow = table(*(t.to(device, dtype) for t in base))
+    return [(k, from32[k], fromlow[k]) for k in from32]
 
 
 def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,

@@ -49,6 +49,17 @@ def uniform_length_batches(lengths: Sequence[int], *, batch_size: int,
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def random_batches(n: int, *, batch_size: int, seed: int) -> list[list[int]]:
+    """Indices ``0..n-1`` in a random order (from ``seed``), cut into batches: what a plain
+    shuffled DataLoader gives, as a list (the baseline of lessons 01 and 02)."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [perm[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
 class _PlannedBatchSampler(Sampler[list[int]]):
     """Shared machinery: an epoch is a *plan* (list of batches) drawn from the generator.
 

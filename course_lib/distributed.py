@@ -192,7 +192,7 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
 
     from .data import load_corpus
     from .models import build_model
-    from .train import task_loss, to_device
+    from .train import task_loss, to_device, training_autocast
 
     corpus = load_corpus(scale=cfg.data_scale)
     loader = make_loader(corpus.train, cfg, rank=rank, world_size=world_size)
@@ -208,6 +208,10 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     opt = (torch.optim.AdamW(net.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
            else torch.optim.SGD(net.parameters(), lr=cfg.lr))
     loss_fn = task_loss("classification")
+    # On GPUs the ranks train the way the course trains there (bf16, or fp16 with a scaler on a
+    # T4); on a CPU in FP32, so the equivalence check compares like with like.
+    mixed = training_autocast(device)
+    scaler = torch.amp.GradScaler("cuda") if mixed == torch.float16 else None
     losses, times, step, epoch = [], [], 0, 0
     while step < cfg.steps:
         if hasattr(loader.sampler, "set_epoch"):
@@ -222,12 +226,21 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
                 batch = to_device(next(batches), device)
                 last = micro == cfg.accum - 1
                 with net.no_sync() if ddp and not last else nullcontext():
-                    loss = loss_fn(net, batch) / cfg.accum
-                    loss.backward()       # DDP: all-reduce overlaps with this backward
+                    with torch.autocast(device.type, dtype=mixed or torch.float32,
+                                        enabled=mixed is not None):
+                        loss = loss_fn(net, batch) / cfg.accum
+                    # DDP: the all-reduce overlaps with this backward
+                    (scaler.scale(loss) if scaler else loss).backward()
                 total += float(loss.detach())
+            if scaler:
+                scaler.unscale_(opt)
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
-            opt.step()
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             _sync(device)
             times.append(time.perf_counter() - t0)
             losses.append(total)
@@ -249,6 +262,7 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
         divergence = float(div)
     steady = sorted(times[1:] or times)
     return {"world_size": world_size, "device": str(device), "threads": torch.get_num_threads(),
+            "precision": str(mixed or torch.float32).replace("torch.", ""),
             "global_batch": cfg.batch_size * cfg.accum * world_size, "losses": loss_t.tolist(),
             "step_times": times, "median_step_s": steady[len(steady) // 2],
             "replica_divergence": divergence, "n_params": int(params.numel()),

@@ -75,3 +75,14 @@ def training_curve(losses: Sequence[float], *, ax, label: str = "", smooth: int 
     ax.plot(np.arange(len(y)), y, label=label)
     ax.set_xlabel("training step")
     ax.set_ylabel(f"loss (moving mean of {smooth})" if smooth > 1 else "loss")
+
+
+def mask_picture(mask, *, ax, title: str = "") -> None:
+    """One row per sequence of a batch, one column per position: blue = real token (True),
+    white = padding. The picture of lessons 01 and 02."""
+    ax.imshow(mask.cpu().numpy(), aspect="auto", cmap="Blues", vmin=0, vmax=1.4,
+              interpolation="nearest")
+    ax.set_xlabel("position in the padded batch")
+    ax.set_ylabel("review in the batch")
+    if title:
+        ax.set_title(title)

@@ -59,8 +59,11 @@ def test_layer_and_op_dtypes_under_bf16():
         tiny(), toy_loader()[0], device="cpu", dtype=torch.bfloat16))
     assert rows["encoder.layers.0.linear1"] == "bfloat16"
     assert rows["encoder.layers.0.norm1"] == "float32" and rows["loss"] == "float32"
-    ops = dict(amp.op_output_dtypes("cpu", torch.bfloat16))
-    assert ops["matmul"] == "bfloat16" and ops["softmax"] == "float32"
+    ops = {op: (a, b) for op, a, b in amp.op_output_dtypes("cpu", torch.bfloat16)}
+    assert ops["matmul"] == ("bfloat16", "bfloat16")        # autocast casts down
+    assert ops["relu"] == ("float32", "bfloat16")           # left alone: follows its input
+    # the second column separates "forced to FP32" from "left alone" (same first column)
+    assert {ops["relu"][0], ops["layer_norm"][0]} == {"float32"}
 
 
 def test_precision_choice_and_step_fn():

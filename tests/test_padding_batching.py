@@ -221,3 +221,16 @@ def test_make_loader_with_a_subset():
     batches = list(loader)
     assert sorted(int(i) for b in batches for i in b["index"]) == [1, 3, 4]
     assert all(b["input_ids"].shape[1] % 8 == 0 for b in batches)
+
+
+def test_random_batches_cover_every_index_once_and_follow_the_seed():
+    from course_lib.batching import random_batches
+
+    a, b = random_batches(10, batch_size=4, seed=3), random_batches(10, batch_size=4, seed=3)
+    assert a == b and [len(x) for x in a] == [4, 4, 2]
+    assert sorted(i for x in a for i in x) == list(range(10))
+    assert a != random_batches(10, batch_size=4, seed=4)
+    want = torch.randperm(10, generator=torch.Generator().manual_seed(3)).tolist()
+    assert [i for x in a for i in x] == want
+    with pytest.raises(ValueError, match="batch_size"):
+        random_batches(3, batch_size=0, seed=0)
