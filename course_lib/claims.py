@@ -100,6 +100,31 @@ _CLAIMS = [
           "Pruning redundant weights shrinks the model while keeping or even improving accuracy.",
           "05_pruning",
           Rule("test accuracy change after pruning 20% of the weights (points)", ">=", -1.0)),
+    Claim("quantization_raises_throughput", "004",
+          "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
+          "我们可以大幅减少计算成本并提高吞吐量",
+          "Converting weights and activations to int8 greatly cuts compute cost and raises "
+          "throughput.",
+          "07_quantization",
+          Rule("batch-32 speed-up of PyTorch's dynamic int8 over the FP32 model, on the CPU",
+               ">=", 1.2)),
+    Claim("quantization_keeps_accuracy", "004",
+          "……而不会显著降低模型精度。",
+          "... without significantly lowering accuracy.",
+          "07_quantization",
+          Rule("test accuracy change of the dynamic int8 model (points)", ">=", -1.0)),
+    Claim("ddp_improves_stability", "004",
+          "分布式训练……可以显著缩短训练时间，同时提高模型的稳定性和鲁棒性。",
+          "Distributed training shortens training and also makes the model more stable and "
+          "robust.",
+          "08_ddp",
+          Rule("the largest parameter difference between DDP and one process trained on the "
+               "same global batch (a model DDP changes must differ from it)", ">=", 1e-3)),
+    Claim("sparse_attention_cuts_compute", "004",
+          "优化注意力机制的计算，如使用稀疏注意力……可以大幅减少计算复杂度并降低内存消耗。",
+          "Sparse attention greatly reduces the computation (and memory) of attention.",
+          "09_attention",
+          Rule("SDPA's time with a sliding-window mask ÷ its time without a mask", "<=", 0.5)),
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
