@@ -100,6 +100,13 @@ _CLAIMS = [
           "Pruning redundant weights shrinks the model while keeping or even improving accuracy.",
           "05_pruning",
           Rule("test accuracy change after pruning 20% of the weights (points)", ">=", -1.0)),
+    Claim("distillation_keeps_accuracy", "004",
+          "利用预训练的大型Transformer模型，我们可以将知识迁移到更小的学生模型中，从而实现高效推理。",
+          "Distillation moves the big model's knowledge into a smaller student, for efficient "
+          "inference (the student keeps the teacher's accuracy).",
+          "06_distillation",
+          Rule("test accuracy of the distilled student minus the teacher's (points, mean over "
+               "seeds); the course's bound, shared with lesson 11", ">=", -2.0)),
     Claim("quantization_raises_throughput", "004",
           "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
           "我们可以大幅减少计算成本并提高吞吐量",
@@ -125,6 +132,12 @@ _CLAIMS = [
           "Sparse attention greatly reduces the computation (and memory) of attention.",
           "09_attention",
           Rule("SDPA's time with a sliding-window mask ÷ its time without a mask", "<=", 0.5)),
+    Claim("adaptive_optimizers_converge_faster", "004",
+          "选择合适的优化器，如Adam、AdamW或LAMB，可以加快模型收敛速度，缩短训练时间。",
+          "Choosing an optimizer such as Adam, AdamW or LAMB speeds up convergence.",
+          "10_optimizers_compile_hardware",
+          Rule("validation accuracy of the best of Adam/AdamW/LAMB minus the best SGD variant, "
+               "same steps and schedule (points, per seed)", ">=", 2.0)),
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
