@@ -132,6 +132,12 @@ _CLAIMS = [
           "Sparse attention greatly reduces the computation (and memory) of attention.",
           "09_attention",
           Rule("SDPA's time with a sliding-window mask ÷ its time without a mask", "<=", 0.5)),
+    Claim("optimizations_keep_accuracy", "004",
+          "优化通常不会显著降低模型精度，甚至可能会通过减少过拟合来提高精度。",
+          "Optimization usually does not significantly lower accuracy, and may even raise it.",
+          "11_capstone",
+          Rule("test accuracy of the model with every technique stacked, minus the baseline's "
+               "(points)", ">=", -2.0)),
     Claim("adaptive_optimizers_converge_faster", "004",
           "选择合适的优化器，如Adam、AdamW或LAMB，可以加快模型收敛速度，缩短训练时间。",
           "Choosing an optimizer such as Adam, AdamW or LAMB speeds up convergence.",
