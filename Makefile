@@ -22,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" -e ".[dev]"
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" -e ".[dev,real]"
 	touch $(STAMP)
 
 # JupyterLab refuses to start as root without --allow-root (containers, cloud VMs): pass it

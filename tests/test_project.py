@@ -19,9 +19,11 @@ def _name(req: str) -> str:
 
 def test_environment_yml_lists_every_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    extras = project["optional-dependencies"]
+    wanted = {_name(r) for r in project["dependencies"] + extras["dev"] + extras["real"]}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     have = {_name(d) for d in env["dependencies"] if isinstance(d, str)}
+    have |= {_name(d) for d in env["dependencies"] if isinstance(d, dict) for d in d.get("pip", [])}
     have |= {"torch"} if "pytorch" in have else set()
     assert not wanted - have, f"missing from environment.yml: {sorted(wanted - have)}"
 

@@ -1,0 +1,88 @@
+"""Lesson 12's real model: our batched forward pass against sentence-transformers' own encode,
+the fidelity measures against hand-made cases, FFN pruning, and clear errors."""
+import builtins
+
+import pytest
+import torch
+
+from course_lib import real_model as R
+from course_lib.batching import BucketBatchSampler, random_batches
+
+st = pytest.importorskip("sentence_transformers", reason="the [real] extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    model, source = R.load_real_model()
+    texts = R.course_sentences()[:48]
+    ids, cut = R.tokenize(model.tokenizer, texts)
+    return model, source, texts, ids
+
+
+def test_our_batched_embeddings_equal_sentence_transformers_encode(loaded):
+    model, source, texts, ids = loaded
+    assert "offline" in source or "hub" in source
+    want = torch.tensor(model.encode(texts, batch_size=16, convert_to_numpy=True))
+    pad = model.tokenizer.pad_token_id
+    for batches in (random_batches(len(ids), batch_size=16, seed=0),
+                    list(BucketBatchSampler([len(x) for x in ids], batch_size=16, seed=0))):
+        got = R.embed(model, ids, batches=batches, pad_id=pad)
+        assert (got - want).abs().max() < 1e-5            # any batching, same vectors, same order
+    fixed = R.embed(model, ids, batches=random_batches(len(ids), batch_size=16, seed=1),
+                    pad_id=pad, fixed_length=256)
+    assert (fixed - want).abs().max() < 1e-5               # the mask makes padding harmless
+    with pytest.raises(ValueError, match="exactly once"):
+        R.embed(model, ids, batches=[[0, 1]], pad_id=pad)
+
+
+def test_tokenize_counts_what_it_cuts(loaded):
+    model, _, texts, _ = loaded
+    full, cut0 = R.tokenize(model.tokenizer, texts[:4], max_length=512)
+    short, cut = R.tokenize(model.tokenizer, texts[:4], max_length=8)
+    assert cut0 == 0 and cut == sum(max(0, len(x) - 8) for x in full)
+    assert all(len(s) <= 8 and int(s[-1]) == int(f[-1]) for s, f in zip(short, full))  # [SEP] kept
+
+
+def test_fidelity_on_hand_made_embeddings():
+    e = torch.nn.functional.normalize(torch.eye(6)[:, :4] + 0.1 * torch.arange(24.).reshape(6, 4), dim=-1)
+    same = R.fidelity(e, e, k=2)
+    assert same["mean_cosine"] == pytest.approx(1.0) and same["top1_agreement"] == 1.0
+    assert same["top2_agreement"] == 1.0 and same["n"] == 6
+    flipped = R.fidelity(e, -e, k=2)
+    assert flipped["mean_cosine"] == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="k must be"):
+        R.fidelity(e, e, k=6)
+
+
+def test_ffn_pruning_shrinks_the_layers_and_amount_zero_changes_nothing(loaded):
+    model, _, _, ids = loaded
+    b = random_batches(len(ids), batch_size=16, seed=0)
+    ref = R.embed(model, ids, batches=b)
+    same = R.prune_ffn_neurons_bert(model, amount=0.0)
+    assert (R.embed(same, ids, batches=b) - ref).abs().max() < 1e-5
+    half = R.prune_ffn_neurons_bert(model, amount=0.5)
+    assert half.encoder.layer[0].intermediate.dense.out_features == 768
+    assert R._bert(model).encoder.layer[0].intermediate.dense.out_features == 1536   # untouched
+    assert R.fidelity(ref, R.embed(half, ids, batches=b))["mean_cosine"] < 0.999
+
+
+def test_course_sentences_are_real_sentences_and_bounded():
+    s = R.course_sentences(min_words=5, max_words=30)
+    assert len(s) > 100 and len(set(s)) == len(s)
+    assert all(5 <= len(x.split()) <= 30 for x in s)
+    assert s == R.course_sentences(min_words=5, max_words=30)     # deterministic
+    with pytest.raises(ValueError, match="min_words"):
+        R.course_sentences(min_words=0)
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_st(name, *args, **kwargs):
+        if name.startswith("sentence_transformers"):
+            raise ImportError("No module named 'sentence_transformers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_st)
+    with pytest.raises(ImportError, match=r"\.\[real\]"):
+        R.load_real_model()
