@@ -180,9 +180,11 @@ class NoFastPath(nn.Module):
             return self.model(*args, **kwargs)
 
 
-def quantize_dynamic_int8(model: nn.Module, *, wrap: bool = True) -> nn.Module:
-    """PyTorch's dynamic int8 of every ``nn.Linear`` (weights int8 per tensor, activations
-    quantized on the fly per batch), on a copy; wrapped in ``NoFastPath`` unless ``wrap=False``.
+def quantize_dynamic_int8(model: nn.Module, *, wrap: bool = True,
+                          per_channel: bool = False) -> nn.Module:
+    """PyTorch's dynamic int8 of every ``nn.Linear`` (weights int8 per tensor, or per output
+    channel with ``per_channel=True``; activations quantized on the fly per batch), on a copy;
+    wrapped in ``NoFastPath`` unless ``wrap=False``.
 
     ``torch.ao.quantization`` emits a DeprecationWarning (it moves to torchao's ``quantize_``)
     and a UserWarning (quantized tensor dtypes are deprecated). The API still works in this
@@ -193,8 +195,10 @@ def quantize_dynamic_int8(model: nn.Module, *, wrap: bool = True) -> nn.Module:
                                 category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated",
                                 category=UserWarning)
-        q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(),
-                                                   {nn.Linear}, dtype=torch.qint8)
+        spec = ({nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig} if per_channel
+                else {nn.Linear})
+        q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(), spec,
+                                                   dtype=torch.qint8)
     return NoFastPath(q) if wrap else q
 
 

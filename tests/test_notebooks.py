@@ -34,15 +34,21 @@ def test_every_notebook_has_parameters_cell_and_no_outputs():
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
 
 
+def _names(target) -> set[str]:
+    """Upper-case names bound by an assignment target (x = / x, y = ...), not the names read
+    inside a subscript target such as d[f"{KNOB}"] = ..."""
+    if isinstance(target, ast.Name):
+        return {target.id} if target.id.isupper() else set()
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_names(t) for t in target.elts))
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    return set()
+
+
 def _assigned(source: str) -> set[str]:
-    names = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                for n in ast.walk(t):
-                    if isinstance(n, ast.Name) and n.id.isupper():
-                        names.add(n.id)
-    return names
+    return {n for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for t in node.targets for n in _names(t)}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
