@@ -14,7 +14,7 @@ fidelity to the FP32 model and nearest-neighbour agreement.
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 import pkgutil
 import re
 from collections.abc import Sequence
