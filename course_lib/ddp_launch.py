@@ -33,11 +33,14 @@ WORKER = "course_lib.distributed"
 
 
 class DistributedRunError(RuntimeError):
-    """A torchrun job failed or timed out; ``rank`` is the failing rank (None if unknown)."""
+    """A torchrun job failed or timed out; ``rank`` is the failing rank (None if unknown).
+    ``transient``: torchrun ended on its own before any rank reported an error (a process
+    killed by a signal during start-up, a lost rendezvous): worth one more launch."""
 
-    def __init__(self, message: str, *, rank: int | None = None, output: str = ""):
+    def __init__(self, message: str, *, rank: int | None = None, output: str = "",
+                 transient: bool = False):
         super().__init__(message)
-        self.rank, self.output = rank, output
+        self.rank, self.output, self.transient = rank, output, transient
 
 
 def torchrun_command(worker_args: Sequence[str] = (), *, nproc: int = 2, nnodes: int = 1,
@@ -88,20 +91,39 @@ def _failure(out: Path, rc: int, tail: list[str]) -> DistributedRunError:
         return DistributedRunError(f"rank {first['rank']} failed: {first['type']}: "
                                    f"{first['message']}\n{tb}", rank=first["rank"], output=text)
     return DistributedRunError(f"torchrun exited with code {rc} before any rank reported an "
-                               f"error; last output:\n" + "\n".join(tail[-15:]), output=text)
+                               f"error; last output:\n" + "\n".join(tail[-15:]), output=text,
+                               transient=True)
 
 
 def launch(worker_args: Sequence[str] = (), *, nproc: int = 2, timeout: float = 120.0,
            echo: bool = True, threads: int | None = None, env: dict | None = None,
-           **rendezvous) -> dict:
+           retries: int = 1, **rendezvous) -> dict:
     """Run the DDP worker on ``nproc`` processes; return rank 0's results.
 
     ``worker_args`` are ``course_lib.distributed`` options (``["--steps", 10]``). Output is
     printed as it arrives when ``echo``. ``threads`` per process defaults to cores / nproc.
     ``rendezvous``: ``nnodes``, ``node_rank``, ``rdzv_endpoint``, ``rdzv_id`` for several
     nodes. The result holds ``params`` (a flat tensor, when training) and ``launch_s``
-    (wall time including process start).
+    (wall time including process start). A transient failure (see ``DistributedRunError``)
+    launches the job again, up to ``retries`` times, saying so; a rank's own error or a
+    timeout is raised at once.
     """
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+    for attempt in range(retries + 1):
+        try:
+            return _launch_once(worker_args, nproc=nproc, timeout=timeout, echo=echo,
+                                threads=threads, env=env, **rendezvous)
+        except DistributedRunError as err:
+            if not err.transient or attempt == retries:
+                raise
+            print(f"torchrun failed before any rank reported an error ({str(err).splitlines()[0]});"
+                  f" launching it once more", flush=True)
+    raise AssertionError("unreachable")
+
+
+def _launch_once(worker_args: Sequence[str], *, nproc: int, timeout: float, echo: bool,
+                 threads: int | None, env: dict | None, **rendezvous) -> dict:
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     if threads is not None and threads < 1:

@@ -152,3 +152,19 @@ def test_ring_allreduce_and_scaling_model():
         ring_allreduce_seconds(1.0, ranks=0, bandwidth=1.0)
     with pytest.raises(ValueError, match="overlap"):
         scaling_model(params=1, ranks=2, bandwidth=1, tokens_per_rank=1, flops=1, overlap=2)
+
+
+@pytest.mark.timeout(180)
+def test_a_transient_torchrun_failure_is_launched_again(tmp_path, capsys):
+    marker = tmp_path / "marker"
+    res = launch([], nproc=1, timeout=90, echo=False, module="tests.ddp_flaky_worker",
+                 env={"FLAKY_MARKER": str(marker)})
+    assert res["ok"] and marker.exists()
+    assert "launching it once more" in capsys.readouterr().out
+    marker.unlink()
+    with pytest.raises(DistributedRunError) as info:      # no retries left: raised, marked
+        launch([], nproc=1, timeout=90, echo=False, module="tests.ddp_flaky_worker",
+               env={"FLAKY_MARKER": str(marker)}, retries=0)
+    assert info.value.transient and info.value.rank is None
+    with pytest.raises(ValueError, match="retries"):
+        launch([], nproc=1, retries=-1)
