@@ -101,6 +101,10 @@ class CorpusConfig:
     n_val: int = 1000         # model selection
     n_test: int = 2000        # reported accuracy
     n_transfer: int = 12000   # unlabelled reviews a teacher can label (lesson 06)
+    n_teacher_extra: int = 12000  # labelled reviews only the baseline (the teacher) trains on,
+                                  # with the training split: teachers get the bigger dataset.
+                                  # Generated on demand (``teacher_training_set``), not by
+                                  # load_corpus: no lesson needs them.
     median_length: float = 60.0   # tokens; log-normal median
     length_sigma: float = 0.75    # log-normal sigma: the heavy tail
     min_length: int = 8
@@ -115,7 +119,7 @@ class CorpusConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        for name in ("n_train", "n_val", "n_test", "n_transfer"):
+        for name in ("n_train", "n_val", "n_test", "n_transfer", "n_teacher_extra"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.min_length <= self.max_length:
@@ -130,12 +134,20 @@ class CorpusConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
+# The rules a review can exercise, as recorded by the generator (``Review.rules``). A review
+# with none of them is "plain": its label is the sign of its adjectives, which an order-free
+# model can read; every other tag needs word order or context.
+RULES = ("plain", "intensified", "negated", "contrast", "opener", "mixed")
+
+
 @dataclass(frozen=True)
 class Review:
     text: str
     label: int       # 1 positive, 0 negative
     score: float     # the rule-based sentiment score
     rating: float    # regression target in (1, 5)
+    rules: tuple[str, ...] = ()   # which of RULES appear in the review ("mixed": two opinions
+                                  # of opposite sign); ("plain",) when none does
 
 
 class _Generator:
@@ -146,29 +158,34 @@ class _Generator:
     def pick(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
 
-    def phrase(self) -> tuple[list[str], float]:
+    # Each step returns (words, value, tags): the tags name the rules it applied. Recording
+    # them draws no random numbers, so the corpus is the same with or without them.
+    def phrase(self) -> tuple[list[str], float, set[str]]:
         word, value = self.pick(self.adjectives)
-        words = [word]
+        words, tags = [word], set()
         if self.rng.random() < self.cfg.p_intensify:
             words.insert(0, self.pick(INTENSIFIERS))
             value *= 2
+            tags.add("intensified")
         if self.rng.random() < self.cfg.p_negate:
             words.insert(0, self.pick(NEGATORS))
             value = -value
-        return words, float(value)
+            tags.add("negated")
+        return words, float(value), tags
 
-    def clause(self) -> tuple[list[str], float]:
-        words, value = self.phrase()
-        return ["the", self.pick(NOUNS), "is", *words], value
+    def clause(self) -> tuple[list[str], float, set[str]]:
+        words, value, tags = self.phrase()
+        return ["the", self.pick(NOUNS), "is", *words], value, tags
 
-    def opinion(self) -> tuple[list[str], float]:
-        words, value = self.clause()
+    def opinion(self) -> tuple[list[str], float, set[str]]:
+        words, value, tags = self.clause()
         if self.rng.random() < self.cfg.p_contrast:
-            second, value2 = self.clause()
-            words, value = words + ["but"] + second, value2
+            second, value2, tags2 = self.clause()
+            words, value, tags = words + ["but"] + second, value2, tags | tags2 | {"contrast"}
         if self.rng.random() < self.cfg.p_opener:
             words, value = [*self.pick(OPENERS), *words], -value
-        return words + [self.pick(PUNCT)], value
+            tags = tags | {"opener"}
+        return words + [self.pick(PUNCT)], value, tags
 
     def review(self) -> Review:
         cfg = self.cfg
@@ -180,10 +197,13 @@ class _Generator:
             k = max(1, int(self.rng.poisson(target / cfg.tokens_per_opinion)))
             k = min(k, cfg.max_opinions)
             opinions = [self.opinion() for _ in range(k)]
-            score = sum(v for _, v in opinions)
+            score = sum(v for _, v, _ in opinions)
             if abs(score) < cfg.min_margin:
                 continue
-            sentences = [w for w, _ in opinions]
+            tags = set().union(*(t for _, _, t in opinions))
+            if len({v > 0 for _, v, _ in opinions}) > 1:
+                tags.add("mixed")
+            sentences = [w for w, _, _ in opinions]
             n = sum(len(w) for w in sentences)
             while n < target:   # neutral sentences fill the review up to its drawn length
                 filler = [*self.pick(FILLER), self.pick(PUNCT)]
@@ -193,7 +213,8 @@ class _Generator:
                 n += len(filler)
             words = [w for sent in sentences for w in sent]
             rating = 1.0 + 4.0 / (1.0 + math.exp(-score / 2.0))
-            return Review(" ".join(words), int(score > 0), score, rating)
+            rules = tuple(r for r in RULES if r in tags) or ("plain",)
+            return Review(" ".join(words), int(score > 0), score, rating, rules)
 
 
 def generate(n: int, *, cfg: CorpusConfig, seed: int) -> list[Review]:
@@ -248,6 +269,16 @@ def load_corpus(cfg: CorpusConfig | None = None, *, scale: float = 1.0) -> Corpu
                                      seed=int(s.generate_state(1)[0])), vocab)
               for k, s in zip(names, seeds)]
     return Corpus(vocab, *splits, config=cfg)
+
+
+def teacher_training_set(corpus: Corpus) -> ReviewDataset:
+    """The training split plus ``n_teacher_extra`` more labelled reviews: what the baseline is
+    trained on. The extra reviews come from their own seed stream (the fifth child of the
+    corpus seed), so they never overlap the other splits' streams."""
+    seed = np.random.SeedSequence(corpus.config.seed).spawn(5)[4]
+    extra = generate(corpus.config.n_teacher_extra, cfg=corpus.config,
+                     seed=int(seed.generate_state(1)[0]))
+    return ReviewDataset(corpus.train.reviews + extra, corpus.vocab)
 
 
 def length_stats(lengths) -> dict[str, float]:

@@ -3,6 +3,16 @@
 Follows the encoder of Vaswani et al. (2017) as implemented by ``nn.TransformerEncoder``:
 token + learned position embeddings, pre-norm layers by default (``norm_first=True``: they train
 stably at a higher learning rate), mean pooling over real tokens only, then a linear head.
+
+One addition to the 2017 encoder: a distance penalty on the attention scores, ALiBi (Press et
+al., 2022, "Train Short, Test Long"). Head ``h`` subtracts ``slope_h * |i - j|`` from the score
+of query ``i`` on key ``j``, so every head starts out looking at its neighbours, the steepest
+head at the next few words, the flattest at the whole review. Why: the corpus's rules are local
+("not good", "i do n't think the price is good"), and with learned absolute positions alone the
+teacher learned no usable word order within its training budget (it scored the same with its
+position embeddings zeroed, and 49% on negated reviews). The penalty is a float attention mask,
+so ``position_bias="none"`` gives back the plain encoder (lesson 01's nested-tensor path needs
+it).
 PyTorch's nested-tensor inference path (it skips padding) needs post-norm layers, so the course's
 own models never take it; lesson 01 builds post-norm copies to show it. The pieces
 (``embed``, ``encode``, ``pool``) are public so that packing (lesson 02) and attention
@@ -34,6 +44,10 @@ class EncoderConfig:
     norm_first: bool = True    # pre-norm trains stably at a higher learning rate; post-norm
                                # (the original) keeps PyTorch's nested-tensor path (lesson 01)
     nested_tensor: bool = True  # PyTorch's inference fast path skips padding (lesson 01)
+    position_bias: str = "alibi"  # "alibi": distance penalty on attention scores (see above);
+                                  # "none": learned absolute positions only
+    alibi_slope: float = 1.0   # the steepest head's penalty per token of distance; each next
+                               # head's is 4x smaller (1, 1/4, 1/16, ...)
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len",
@@ -45,9 +59,19 @@ class EncoderConfig:
                              f"({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.position_bias not in ("alibi", "none"):
+            raise ValueError(f"position_bias must be 'alibi' or 'none', got {self.position_bias!r}")
+        if self.alibi_slope <= 0:
+            raise ValueError(f"alibi_slope must be > 0, got {self.alibi_slope}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def alibi_bias(length: int, slopes: torch.Tensor) -> torch.Tensor:
+    """The (heads, length, length) additive score bias ``-slope_h * |i - j|``."""
+    i = torch.arange(length, device=slopes.device, dtype=slopes.dtype)
+    return -slopes[:, None, None] * (i[None, :] - i[:, None]).abs()[None]
 
 
 def sinusoidal_positions(n_positions: int, dim: int) -> torch.Tensor:
@@ -95,10 +119,34 @@ class EncoderClassifier(nn.Module):
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
         return self.drop(self.tok(input_ids) + self.pos(position_ids))
 
+    def alibi_slopes(self, device=None) -> torch.Tensor:
+        """One slope per head: ``alibi_slope``, then 4x smaller for each next head."""
+        h = torch.arange(self.cfg.n_heads, device=device, dtype=torch.float32)
+        return self.cfg.alibi_slope * 0.25 ** h
+
     def encode(self, x: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
                attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``key_padding_mask``: True where a position is padding (PyTorch's convention)."""
-        return self.encoder(x, mask=attn_mask, src_key_padding_mask=key_padding_mask)
+        """``key_padding_mask``: True where a position is padding (PyTorch's convention);
+        ``attn_mask``: bool, True = blocked, (L, L) or (batch * heads, L, L)."""
+        if self.cfg.position_bias == "none":
+            return self.encoder(x, mask=attn_mask, src_key_padding_mask=key_padding_mask)
+        B, L, H = x.shape[0], x.shape[1], self.cfg.n_heads
+        bias = alibi_bias(L, self.alibi_slopes(x.device)).expand(B, H, L, L)
+        if key_padding_mask is not None:
+            bias = bias.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype != torch.bool:
+                raise ValueError(f"attn_mask must be bool (True = blocked), got {attn_mask.dtype}")
+            bias = bias.masked_fill(attn_mask.view(B, H, L, L) if attn_mask.dim() == 3
+                                    else attn_mask, float("-inf"))
+        # The float mask goes in the input's dtype: under autocast MHA would otherwise mix
+        # a float32 mask with 16-bit scores. torch's fused inference path returns NaN with a
+        # float mask (torch 2.13, CPU), so it is switched off for this call.
+        bias = bias.reshape(B * H, L, L).to(x.dtype)
+        if self.training or torch.is_grad_enabled():
+            return self.encoder(x, mask=bias)
+        with mha_fastpath(False):
+            return self.encoder(x, mask=bias)
 
     @staticmethod
     def pool(h: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

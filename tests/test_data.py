@@ -48,6 +48,37 @@ def test_labels_follow_the_documented_rules():
         assert abs(r.score) >= CorpusConfig().min_margin
 
 
+def rules_by_hand(text: str) -> tuple[str, ...]:
+    """The rule tags recomputed from the words alone (independent of the generator)."""
+    from course_lib.data import INTENSIFIERS, OPENERS, RULES
+    tags, signs = set(), set()
+    for sent in text.replace("!", ".").split(" . "):
+        sent = sent.strip(" .")
+        if score_by_hand(sent + " .") == 0:
+            continue                       # a neutral filler sentence
+        signs.add(score_by_hand(sent + " .") > 0)
+        for op in (" ".join(o) for o in OPENERS):
+            if sent.startswith(op + " "):
+                tags.add("opener")
+                sent = sent[len(op) + 1:]
+        words = sent.split()
+        tags |= {"contrast"} if "but" in words else set()
+        tags |= {"negated"} if any(w in NEGATORS for w in words) else set()
+        tags |= {"intensified"} if any(w in INTENSIFIERS for w in words) else set()
+    if len(signs) > 1:
+        tags.add("mixed")
+    return tuple(r for r in RULES if r in tags) or ("plain",)
+
+
+def test_rule_tags_match_the_words():
+    reviews = generate(400, cfg=CorpusConfig(), seed=4)
+    for r in reviews:
+        assert r.rules == rules_by_hand(r.text), r.text
+    seen = {t for r in reviews for t in r.rules}
+    from course_lib.data import RULES
+    assert seen == set(RULES)   # every tag occurs in a few hundred reviews
+
+
 def test_lengths_are_heavy_tailed_within_bounds():
     cfg = CorpusConfig()
     lengths = [len(r.text.split()) for r in generate(2000, cfg=cfg, seed=0)]
@@ -103,3 +134,18 @@ def test_bad_scale_and_n():
         generate(-1, cfg=CorpusConfig(), seed=0)
     with pytest.raises(ValueError, match="empty"):
         length_stats([])
+
+
+def test_teacher_training_set_extends_the_training_split_without_touching_other_splits():
+    from course_lib.data import teacher_training_set
+    cfg = CorpusConfig(n_train=50, n_val=20, n_test=30, n_transfer=20, n_teacher_extra=40)
+    corpus = load_corpus(cfg)
+    big = teacher_training_set(corpus)
+    assert len(big) == 90
+    assert big.reviews[:50] == corpus.train.reviews
+    others = {r.text for ds in (corpus.val, corpus.test, corpus.transfer) for r in ds.reviews}
+    assert not others & {r.text for r in big.reviews[50:]}
+    assert teacher_training_set(corpus).reviews == big.reviews     # deterministic
+    # The extra split leaves the lessons' splits as they were.
+    assert load_corpus(CorpusConfig(n_train=50, n_val=20, n_test=30, n_transfer=20,
+                                    n_teacher_extra=0)).test.reviews == corpus.test.reviews

@@ -48,7 +48,9 @@ def test_student_preset_is_at_most_a_quarter_of_the_teacher():
 
 @pytest.mark.parametrize("kw, match", [(dict(d_model=10, n_heads=3), "divisible"),
                                         (dict(n_layers=0), "n_layers"),
-                                        (dict(dropout=1.0), "dropout")])
+                                        (dict(dropout=1.0), "dropout"),
+                                        (dict(position_bias="rope"), "position_bias must be"),
+                                        (dict(alibi_slope=0.0), "alibi_slope must be > 0")])
 def test_bad_config(kw, match):
     with pytest.raises(ValueError, match=match):
         EncoderClassifier(EncoderConfig(vocab_size=20, **kw))
@@ -62,3 +64,59 @@ def test_bad_input_shape_and_length():
         m(torch.ones(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="preset"):
         build_model(20, preset="huge")
+
+
+def test_alibi_bias_matches_hand_computation():
+    from course_lib.models import alibi_bias
+    b = alibi_bias(3, torch.tensor([1.0, 0.25]))
+    hand = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
+    assert torch.equal(b[0], -hand)
+    assert torch.equal(b[1], -0.25 * hand)
+    m = tiny(alibi_slope=2.0)
+    assert torch.equal(m.alibi_slopes(), torch.tensor([2.0, 0.5]))
+
+
+def reference_forward(m, ids):
+    """The same model by hand: every layer's attention with the ALiBi bias added to the scores."""
+    import torch.nn.functional as F
+    x = m.embed(ids)
+    L, H = ids.shape[1], m.cfg.n_heads
+    bias = -m.alibi_slopes()[:, None, None] * (torch.arange(L)[None] - torch.arange(L)[:, None]).abs()
+    for layer in m.encoder.layers:
+        h = layer.norm1(x)
+        q, k, v = F.linear(h, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias).chunk(3, -1)
+        split = lambda t: t.view(t.shape[0], L, H, -1).transpose(1, 2)
+        q, k, v = split(q), split(k), split(v)
+        att = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias).softmax(-1)
+        o = (att @ v).transpose(1, 2).reshape(x.shape)
+        x = x + layer.self_attn.out_proj(o)
+        x = x + layer.linear2(torch.relu(layer.linear1(layer.norm2(x))))
+    return m.head(x.mean(1))
+
+
+def test_alibi_encoder_matches_a_hand_written_attention_in_train_and_eval_mode():
+    torch.manual_seed(0)
+    m = tiny()
+    ids = torch.randint(2, 20, (2, 9))
+    with torch.no_grad():
+        ref = reference_forward(m, ids)
+        m.train()
+        a = m(ids)
+        m.eval()   # eval takes torch's inference path unless the model switches it off
+        b = m(ids)
+    assert torch.allclose(a, ref, atol=1e-5)
+    assert torch.allclose(b, ref, atol=1e-5)   # torch's fused path gave NaN with a float mask
+
+
+def test_position_bias_none_is_the_plain_encoder_and_alibi_changes_the_output():
+    torch.manual_seed(0)
+    plain = tiny(position_bias="none").eval()
+    alibi = tiny()
+    alibi.load_state_dict(plain.state_dict())   # ALiBi has no parameters of its own
+    ids = torch.randint(2, 20, (2, 9))
+    with torch.no_grad():
+        direct = plain.head(plain.encoder(plain.embed(ids)).mean(1))
+        assert torch.allclose(plain(ids), direct, atol=1e-6)
+        assert not torch.allclose(alibi.eval()(ids), direct, atol=1e-3)
+    with pytest.raises(ValueError, match="attn_mask must be bool"):
+        alibi.encode(alibi.embed(ids), attn_mask=torch.zeros(9, 9))
