@@ -30,6 +30,11 @@ DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
                                          "fp16": torch.float16}
 
 
+# The most test accuracy (points) running a trained model under 16-bit autocast may cost: the
+# ladder's mixed-precision rung uses this bound.
+ACCURACY_TOLERANCE_POINTS = 0.5
+
+
 @dataclass(frozen=True)
 class Precision:
     name: str                   # "fp32", "bf16" or "fp16"

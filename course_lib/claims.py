@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
+from .pruning import ACCURACY_TOLERANCE_POINTS as PRUNE_TOLERANCE
+from .quant import INT8_ACCURACY_TOLERANCE_POINTS as INT8_TOLERANCE
 from .verdicts import Rule
 
 ARTICLES = {"000": "Transformer OOM and acceleration strategies (padding, batching, AMP, FP16)",
@@ -107,14 +110,15 @@ _CLAIMS = [
           "去除冗余的参数和连接，可以大幅减小模型大小和计算复杂度，同时保持甚至提高模型精度。",
           "Pruning redundant weights shrinks the model while keeping or even improving accuracy.",
           "05_pruning",
-          Rule("test accuracy change after pruning 20% of the weights (points)", ">=", -1.0)),
+          Rule("test accuracy change after pruning 20% of the weights (points)", ">=",
+               -PRUNE_TOLERANCE)),
     Claim("distillation_keeps_accuracy", "004",
           "利用预训练的大型Transformer模型，我们可以将知识迁移到更小的学生模型中，从而实现高效推理。",
           "Distillation moves the big model's knowledge into a smaller student, for efficient "
           "inference (the student keeps the teacher's accuracy).",
           "06_distillation",
           Rule("test accuracy of the distilled student minus the teacher's (points, mean over "
-               "seeds); the course's bound, shared with lesson 11", ">=", -2.0)),
+               "seeds); the course's bound, shared with lesson 11", ">=", -DISTILL_TOLERANCE)),
     Claim("quantization_raises_throughput", "004",
           "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
           "我们可以大幅减少计算成本并提高吞吐量",
@@ -127,7 +131,7 @@ _CLAIMS = [
           "……而不会显著降低模型精度。",
           "... without significantly lowering accuracy.",
           "07_quantization",
-          Rule("test accuracy change of the dynamic int8 model (points)", ">=", -1.0)),
+          Rule("test accuracy change of the dynamic int8 model (points)", ">=", -INT8_TOLERANCE)),
     Claim("quantization_keeps_accuracy_real_model", "004",
           "……而不会显著降低模型精度。",
           "... without significantly lowering accuracy: checked on a real pretrained model.",

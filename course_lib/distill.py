@@ -30,6 +30,11 @@ from .train import History, TrainConfig, predict, train
 UNLABELLED = -1
 
 
+# The most test accuracy (points) a distilled student may lose against its teacher and still
+# count as "keeping" it: lesson 06's claim and lesson 11's ladder both use this bound.
+ACCURACY_TOLERANCE_POINTS = 2.0
+
+
 def _check(temperature: float, alpha: float) -> None:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")

@@ -43,6 +43,11 @@ METHODS = ("magnitude", "random")
 SCOPES = ("layer", "global")
 
 
+# The most test accuracy (points) pruning may cost (lesson 05's claim: "keeping accuracy"; the
+# ladder's pruned rung, which also gets a short fine-tune, uses the same bound).
+ACCURACY_TOLERANCE_POINTS = 1.0
+
+
 def _check_amount(amount: float, name: str = "amount") -> float:
     if not isinstance(amount, (int, float)) or not 0.0 <= float(amount) <= 1.0:
         raise ValueError(f"{name} must be in [0, 1], got {amount!r}")

@@ -156,6 +156,23 @@ def test_effect_summary_front_and_bounds_read_the_table():
     assert ladder.summary(rows, pts, max_drop_points=0.5)["best_inference"] == "mixed_precision"
     checks = ladder.bound_checks(rows)
     assert [c["rung"] for c in checks] == [r["name"] for r in rows[1:]]
-    assert all(c["ok"] for c in checks) and checks[2]["change_points"] == pytest.approx(-1.0)
+    # Rungs adding only bucketing or SDPA have the rung below's accuracy by construction: no check.
+    neutral = [c for c in checks if set(c["added"]) <= set(ladder.ACCURACY_NEUTRAL)]
+    assert neutral and all(c["ok"] is None and c["bound_points"] is None for c in neutral)
+    assert all(c["ok"] is True for c in checks if c not in neutral)
+    assert checks[2]["change_points"] == pytest.approx(-1.0)
     rows[3] = {**rows[3], "test_accuracy": 0.75}
-    assert not ladder.bound_checks(rows)[2]["ok"]
+    assert ladder.bound_checks(rows)[2]["ok"] is False
+
+
+def test_each_techniques_tolerance_is_shared_by_its_claim_and_the_ladder():
+    from course_lib import amp, distill, pruning, quant
+    from course_lib.claims import CLAIMS
+    assert ladder.BOUNDS == {"amp": amp.ACCURACY_TOLERANCE_POINTS,
+                             "distill": distill.ACCURACY_TOLERANCE_POINTS,
+                             "prune": pruning.ACCURACY_TOLERANCE_POINTS,
+                             "int8": quant.INT8_ACCURACY_TOLERANCE_POINTS}
+    for claim, tol in (("distillation_keeps_accuracy", distill.ACCURACY_TOLERANCE_POINTS),
+                       ("pruning_keeps_accuracy", pruning.ACCURACY_TOLERANCE_POINTS),
+                       ("quantization_keeps_accuracy", quant.INT8_ACCURACY_TOLERANCE_POINTS)):
+        assert CLAIMS[claim].rule.threshold == -tol and CLAIMS[claim].rule.direction == ">="
