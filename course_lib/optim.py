@@ -192,6 +192,12 @@ class RunResult:
     final_accuracy: float = float("nan")
     seconds: float = 0.0
 
+    @property
+    def curve_mean(self) -> float:
+        """Mean validation accuracy over the evaluated steps: the area under the learning
+        curve per step. Higher means it got good sooner (convergence speed in one number)."""
+        return sum(self.curve_accuracy) / len(self.curve_accuracy) if self.curve_accuracy else float("nan")
+
     def steps_to(self, target: float) -> int | None:
         """First evaluated step whose validation accuracy reached ``target`` (None: never)."""
         for s, a in zip(self.curve_steps, self.curve_accuracy):
@@ -258,6 +264,7 @@ def summarize(results: Sequence[RunResult], *, target: float | None = None) -> d
         runs = [r for r in results if r.optimizer == name]
         accs = [r.final_accuracy for r in runs]
         row = {"mean_accuracy": sum(accs) / len(accs), "spread": max(accs) - min(accs),
+               "mean_curve_accuracy": sum(r.curve_mean for r in runs) / len(runs),
                "seeds": len(runs), "seconds": sum(r.seconds for r in runs) / len(runs)}
         if target is not None:
             steps = [r.steps_to(target) for r in runs]
@@ -266,3 +273,22 @@ def summarize(results: Sequence[RunResult], *, target: float | None = None) -> d
             row["mean_steps_to_target"] = sum(hit) / len(hit) if hit else None
         out[name] = row
     return out
+
+
+def lr_grid(grid: dict[str, Sequence[float]], **common) -> dict[str, dict]:
+    """``run_budget`` specs for every (optimizer, learning rate) of ``grid``, named
+    ``"<optimizer>@<lr>"``; ``common[optimizer]`` adds fixed keywords (e.g. weight decay)."""
+    if not grid or any(not lrs for lrs in grid.values()):
+        raise ValueError("grid must map each optimizer to at least one learning rate")
+    return {f"{name}@{lr:g}": dict(optimizer=name, lr=lr, **common.get(name, {}))
+            for name, lrs in grid.items() for lr in lrs}
+
+
+def best_per_optimizer(summary: dict[str, dict], *, key: str = "mean_curve_accuracy") -> dict[str, str]:
+    """For specs named ``"<optimizer>@<lr>"``, the spec with the highest ``key`` per optimizer."""
+    best: dict[str, str] = {}
+    for spec, row in summary.items():
+        name = spec.split("@")[0]
+        if name not in best or row[key] > summary[best[name]][key]:
+            best[name] = spec
+    return best

@@ -9,6 +9,7 @@ Deterministic for a given seed, device and thread count.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -166,8 +167,14 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
 
 @torch.no_grad()
 def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
-            autocast_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model outputs for every item, returned in dataset order with the dataset indices."""
+            autocast_dtype: torch.dtype | None = None,
+            context: Callable[[], contextlib.AbstractContextManager] | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model outputs for every item, returned in dataset order with the dataset indices.
+
+    ``context``, if given, is called once per batch and entered around the forward pass: how a
+    caller runs the model its own way (lesson 11's rungs: their attention kernel and precision)
+    without a loop of its own."""
     device = torch.device(device)
     model.eval().to(device)
     outs, idx = [], []
@@ -176,14 +183,15 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
         warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
         # Under CPU autocast the fused encoder fast path fails in torch 2.13 ("expected
         # scalar type Float but found BFloat16"): switch it off for that case only.
-        return _predict(model, loader, device, autocast_dtype, outs, idx)
+        return _predict(model, loader, device, autocast_dtype, context, outs, idx)
 
 
-def _predict(model, loader, device, autocast_dtype, outs, idx):
+def _predict(model, loader, device, autocast_dtype, context, outs, idx):
     for batch in loader:
         batch = to_device(batch, device)
         with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
-                            enabled=autocast_dtype is not None):
+                            enabled=autocast_dtype is not None), \
+                (context() if context is not None else contextlib.nullcontext()):
             outs.append(model(batch["input_ids"], batch["attention_mask"]).float().cpu())
         idx.append(batch["index"].cpu())
     index = torch.cat(idx)
@@ -192,10 +200,13 @@ def _predict(model, loader, device, autocast_dtype, outs, idx):
 
 
 def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
-             task: str = "classification",
-             autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
-    """Accuracy (classification) or MSE and MAE (regression) over a loader."""
-    out, index = predict(model, loader, device=device, autocast_dtype=autocast_dtype)
+             task: str = "classification", autocast_dtype: torch.dtype | None = None,
+             context: Callable[[], contextlib.AbstractContextManager] | None = None
+             ) -> dict[str, float]:
+    """Accuracy (classification) or MSE and MAE (regression) over a loader (``context``: see
+    ``predict``)."""
+    out, index = predict(model, loader, device=device, autocast_dtype=autocast_dtype,
+                         context=context)
     ds = loader.dataset
     if task == "regression":
         target = torch.tensor([ds[int(i)]["rating"] for i in index], dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""The ladder of lesson 11: rung configs, the measuring pipeline in smoke mode, the bounds."""
+"""The ladder of lesson 11: rung configs, the model zoo and meters in smoke mode, the analysis."""
 import dataclasses
 import math
 
@@ -7,6 +7,9 @@ import torch
 from torch.utils.data import Subset
 
 from course_lib import ladder
+from course_lib import ladder_analysis as A
+from course_lib import ladder_meters as M
+from course_lib.model_zoo import ModelZoo
 from course_lib.batching import make_loader
 from course_lib.checkpoints import load_baseline
 from course_lib.data import CorpusConfig, load_corpus
@@ -25,9 +28,10 @@ def smoke_run():
                                       max_length=96))
     torch.manual_seed(0)
     teacher = build_model(len(corpus.vocab), preset="student", n_layers=2, d_ff=256)
-    pipe = ladder.Pipeline(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
-    rows, points = ladder.measure(pipe, ladder.ladder(), progress=False)
-    return pipe, rows, points
+    zoo = ModelZoo(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
+    inputs = M.choose_inputs(corpus, settings=SMOKE)
+    rows, points = M.measure(zoo, inputs, ladder.ladder(), progress=False)
+    return zoo, inputs, rows, points
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,8 @@ def trained():
         teacher = load_baseline(corpus, train_if_missing=False)[0]
     except FileNotFoundError:
         pytest.skip("needs the trained baseline checkpoint")
-    return ladder.Pipeline(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
+    return (ModelZoo(teacher, corpus, device="cpu", settings=SMOKE, progress=False),
+            M.choose_inputs(corpus, settings=SMOKE))
 
 
 def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset():
@@ -63,8 +68,8 @@ def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset(
     (lambda: ladder.Settings(repeats=0).validate(), "repeats"),
     (lambda: ladder.Settings(warmup=-1).validate(), "warmup"),
     (lambda: ladder.Settings(prune_amount=1.5).validate(), "prune_amount"),
-    (lambda: ladder.effect({}, "gpu", metric="latency_b32_ms"), "technique"),
-    (lambda: ladder.summary([], {}, max_drop_points=-1), "max_drop_points"),
+    (lambda: A.effect({}, "gpu", metric="latency_b32_ms"), "technique"),
+    (lambda: A.summary([], {}, max_drop_points=-1), "max_drop_points"),
 ])
 def test_bad_input_raises_value_error_naming_the_parameter(make, param):
     with pytest.raises(ValueError, match=param):
@@ -72,14 +77,14 @@ def test_bad_input_raises_value_error_naming_the_parameter(make, param):
 
 
 def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
-    pipe, rows, points = smoke_run
+    zoo, _, rows, points = smoke_run
     assert [r["name"] for r in rows] == [r.name for r in ladder.ladder()]
     for row in rows:
         for metric in ladder.METRICS:
             assert math.isfinite(row[metric]) and row[metric] > 0, (row["name"], metric)
         assert 0 <= row["test_accuracy"] <= 1
     rec = Recorder("11_capstone", smoke=True)
-    ladder.record(rows, rec)
+    A.record(rows, rec)
     assert len(rec.results) == len(rows) * len(ladder.METRICS)
     # every time carries its device; the int8 rung ran on the CPU whatever the machine
     assert all(r.get("device") for r in rec.results if r["unit"] in ("s", "ms"))
@@ -88,35 +93,36 @@ def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
     assert sizes == sorted(sizes) and len(set(sizes)) == 3
     # every point that trains the teacher has a training time; the others only where measured
     assert all(p["train_epoch_s"] for p in points.values())
-    assert set(pipe.build_seconds) == {"distill", "distill_prune", "distill_prune_int8"}
+    assert set(zoo.build_seconds) == {"distill", "distill_prune", "distill_prune_int8"}
 
 
 def test_padding_and_attention_kernel_change_rounding_only(trained):
-    pipe, test = trained, trained.corpus.test
+    zoo, inputs = trained
+    test = zoo.corpus.test
     sub = Subset(test, list(range(16)))
     fixed = make_loader(sub, batch_size=8, bucketed=False, shuffle=False, max_length=512)
     dynamic = make_loader(sub, batch_size=8, shuffle=False, lengths=test.lengths[:16])
-    a, ia = pipe.logits(ladder.Rung("baseline"), fixed)
-    b, ib = pipe.logits(ladder.Rung("fast", bucketing=True, sdpa=True), dynamic)
+    a, ia = M.run_test_set(zoo, inputs, ladder.Rung("baseline"), fixed)
+    b, ib = M.run_test_set(zoo, inputs, ladder.Rung("fast", bucketing=True, sdpa=True), dynamic)
     a, b = a[torch.argsort(ia)], b[torch.argsort(ib)]
     assert (a - b).abs().max() < 1e-4
     assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
 def test_peak_memory_in_a_fresh_process_exceeds_the_weights(smoke_run):
-    pipe, _, _ = smoke_run
-    measured = ladder.Pipeline(pipe.teacher, pipe.corpus, device="cpu", progress=False,
-                               settings=dataclasses.replace(SMOKE, measure_memory=True))
-    measured._cache.update({k: v for k, v in pipe._cache.items() if k[0] == "model"})
+    zoo, inputs, _, _ = smoke_run
+    measured = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", progress=False,
+                        settings=dataclasses.replace(SMOKE, measure_memory=True))
     rung = ladder.Rung("student_int8", distill=True, int8=True)
-    assert measured.peak_mib(rung) > measured.size_bytes(rung) / 2**20
+    assert M.peak_mib(measured, inputs, rung) > measured.size_bytes(rung) / 2**20
+    assert M.peak_mib(zoo, inputs, rung) == zoo.size_bytes(rung) / 2**20   # weights only
 
 
 def test_accuracy_stays_within_the_bounds_of_the_numerics_only_techniques(trained):
-    pipe = trained
-    base = pipe.accuracy(ladder.Rung("baseline"))
+    zoo, inputs = trained
+    base = M.accuracy(zoo, inputs, ladder.Rung("baseline"))
     for t in ("amp", "int8"):
-        assert 100 * (base - pipe.accuracy(ladder.Rung(t, **{t: True}))) <= ladder.BOUNDS[t], t
+        assert 100 * (base - M.accuracy(zoo, inputs, ladder.Rung(t, **{t: True}))) <= ladder.BOUNDS[t], t
 
 
 def _fake_points(speed):
@@ -129,7 +135,7 @@ def _fake_points(speed):
         pts[rung.key] = {"name": rung.name, "key": rung.key, "techniques": rung.techniques,
                          "latency_b32_ms": ms, "test_accuracy": 0.8 - 0.01 * rung.distill,
                          "train_epoch_s": None if rung.distill else ms * speed["int8"] ** rung.int8,
-                         "test_set_s": ms}
+                         "test_set_s": ms, "latency_b1_ms": ms, "size_bytes": 1000}
     return pts
 
 
@@ -137,24 +143,24 @@ def test_effect_summary_front_and_bounds_read_the_table():
     speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
     pts = _fake_points(speed)
     for t, s in speed.items():
-        e = ladder.effect(pts, t, metric="latency_b32_ms")
+        e = A.effect(pts, t, metric="latency_b32_ms")
         assert e["alone"] == pytest.approx(s) and e["on_top"] == pytest.approx(s)
         assert e["median"] == pytest.approx(s) and e["pairs"] == 32
-    acc = ladder.effect(pts, "distill", metric="test_accuracy")
+    acc = A.effect(pts, "distill", metric="test_accuracy")
     assert acc["alone"] == pytest.approx(-1.0)
-    assert ladder.effect(pts, "distill", metric="train_epoch_s") is None   # never measured
-    front = ladder.pareto_front(list(pts.values()))
+    assert A.effect(pts, "distill", metric="train_epoch_s") is None   # never measured
+    front = A.pareto_front(list(pts.values()))
     assert [p["name"] for p in front] == ["bucketing_amp_distill_int8", "bucketing_amp_int8"]
     rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
-    best = ladder.summary(rows, pts, max_drop_points=2.0)
+    best = A.summary(rows, pts, max_drop_points=2.0)
     assert best["best_inference"] == "int8"        # sdpa (the last rung) is slower here
     assert best["best_inference_speedup"] == pytest.approx(8 * 2 * 4 * 1.5)
     assert best["best_inference_accuracy_drop_points"] == pytest.approx(1.0)
     assert best["best_training"] in ("bucketing_amp", "bucketing_amp_int8")
     assert best["best_training_speedup"] == pytest.approx(16.0)
-    assert ladder.effect(pts, "int8", metric="train_epoch_s")["median"] == pytest.approx(1.0)
-    assert ladder.summary(rows, pts, max_drop_points=0.5)["best_inference"] == "mixed_precision"
-    checks = ladder.bound_checks(rows)
+    assert A.effect(pts, "int8", metric="train_epoch_s")["median"] == pytest.approx(1.0)
+    assert A.summary(rows, pts, max_drop_points=0.5)["best_inference"] == "mixed_precision"
+    checks = A.bound_checks(rows)
     assert [c["rung"] for c in checks] == [r["name"] for r in rows[1:]]
     # Rungs adding only bucketing or SDPA have the rung below's accuracy by construction: no check.
     neutral = [c for c in checks if set(c["added"]) <= set(ladder.ACCURACY_NEUTRAL)]
@@ -162,7 +168,7 @@ def test_effect_summary_front_and_bounds_read_the_table():
     assert all(c["ok"] is True for c in checks if c not in neutral)
     assert checks[2]["change_points"] == pytest.approx(-1.0)
     rows[3] = {**rows[3], "test_accuracy": 0.75}
-    assert ladder.bound_checks(rows)[2]["ok"] is False
+    assert A.bound_checks(rows)[2]["ok"] is False
 
 
 def test_each_techniques_tolerance_is_shared_by_its_claim_and_the_ladder():
@@ -176,3 +182,35 @@ def test_each_techniques_tolerance_is_shared_by_its_claim_and_the_ladder():
                        ("pruning_keeps_accuracy", pruning.ACCURACY_TOLERANCE_POINTS),
                        ("quantization_keeps_accuracy", quant.INT8_ACCURACY_TOLERANCE_POINTS)):
         assert CLAIMS[claim].rule.threshold == -tol and CLAIMS[claim].rule.direction == ">="
+
+
+def test_the_zoo_distills_from_the_teachers_logits_computed_once(smoke_run, monkeypatch):
+    zoo, _, _, _ = smoke_run
+    import course_lib.model_zoo as Z
+    calls = []
+    real = Z.teacher_logits
+    monkeypatch.setattr(Z, "teacher_logits", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fresh = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", settings=SMOKE, progress=False)
+    data, cached = fresh.distill_set()
+    fresh.model(ladder.Rung("s", distill=True))
+    fresh.model(ladder.Rung("sp", distill=True, prune=True))
+    assert len(calls) == 1 and cached.shape == (len(data), 2)
+    with torch.no_grad():   # the cache holds the teacher's own logits
+        item = data[len(zoo.corpus.train)]
+        live = zoo.teacher(item["input_ids"][None], torch.ones(1, len(item["input_ids"]), dtype=torch.bool))
+    assert torch.allclose(cached[len(zoo.corpus.train)], live[0], atol=1e-4)
+
+
+def test_stack_versus_product_and_the_guide_read_the_table():
+    speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    base = pts[ladder.Rung("baseline").key]
+    top = pts[ladder.ladder()[-1].key]
+    (row,) = A.stack_versus_product(pts, base, [("all", "latency_b32_ms", top)])
+    assert row["predicted"] == pytest.approx(math.prod(speed.values()))
+    assert row["ratio"] == pytest.approx(1.0)          # this fake table multiplies exactly
+    labels = {t: t for t in ladder.TECHNIQUES}
+    rows, notes = A.usage_guide(pts, labels)
+    assert len(rows) == len(ladder.TECHNIQUES) and not notes   # nothing overlaps here
+    assert rows[0].startswith("| bucketing | helps (alone 8.00×")
+    assert "| hurts (0.50×)" in rows[-1]                # sdpa is slower in this table

@@ -192,3 +192,18 @@ def test_run_budget_and_summarize():
 def test_steps_to():
     r = RunResult("x", 0, History(), [10, 20, 30], [0.5, 0.7, 0.9])
     assert r.steps_to(0.7) == 20 and r.steps_to(0.95) is None and math.isnan(RunResult("y", 0, History()).final_accuracy)
+
+
+def test_curve_mean_lr_grid_and_best_per_optimizer():
+    from course_lib.optim import best_per_optimizer, lr_grid
+    r = RunResult("x", 0, History(), [10, 20, 30], [0.5, 0.7, 0.9])
+    assert r.curve_mean == pytest.approx(0.7)
+    assert math.isnan(RunResult("y", 0, History()).curve_mean)
+    specs = lr_grid({"sgd": [0.1, 0.3], "adamw": [1e-3]}, adamw={"weight_decay": 0.1})
+    assert specs == {"sgd@0.1": {"optimizer": "sgd", "lr": 0.1}, "sgd@0.3": {"optimizer": "sgd", "lr": 0.3},
+                     "adamw@0.001": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.1}}
+    summary = {"sgd@0.1": {"mean_curve_accuracy": 0.6}, "sgd@0.3": {"mean_curve_accuracy": 0.7},
+               "adamw@0.001": {"mean_curve_accuracy": 0.65}}
+    assert best_per_optimizer(summary) == {"sgd": "sgd@0.3", "adamw": "adamw@0.001"}
+    with pytest.raises(ValueError, match="grid"):
+        lr_grid({"sgd": []})

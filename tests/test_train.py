@@ -92,3 +92,29 @@ def test_training_precision_follows_the_gpu(monkeypatch, cc, want):
     assert training_autocast("cpu", torch.bfloat16) == torch.bfloat16
     with pytest.raises(ValueError, match="autocast_dtype must be"):
         training_autocast("cpu", "bf16")
+
+
+def test_predict_enters_the_context_around_every_forward_pass():
+    import contextlib
+    from course_lib.batching import make_loader
+    from course_lib.data import CorpusConfig, load_corpus
+    from course_lib.models import build_model
+    from course_lib.train import evaluate, predict
+    corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=20, n_transfer=4))
+    torch.manual_seed(0)
+    model = build_model(len(corpus.vocab), preset="student")
+    loader = make_loader(corpus.test, batch_size=8, shuffle=False)
+    entered = []
+
+    @contextlib.contextmanager
+    def ctx():
+        entered.append(torch.is_grad_enabled())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+    plain, i1 = predict(model, loader)
+    under, i2 = predict(model, loader, context=ctx)
+    assert len(entered) == len(loader) and not any(entered)   # once per batch, under no_grad
+    assert torch.equal(i1, i2)
+    assert not torch.equal(plain, under) and torch.allclose(plain, under, atol=0.05)  # bf16 ran
+    assert evaluate(model, loader, context=ctx)["accuracy"] == pytest.approx(
+        float((under.argmax(-1) == torch.tensor([corpus.test[int(i)]["label"] for i in i2])).float().mean()))

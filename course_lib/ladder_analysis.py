@@ -1,0 +1,152 @@
+"""Reading lesson 11's table: the best rungs, the bounds each lesson promised, the Pareto front,
+what each technique does alone and on top of the others, whether speed-ups multiply, and the
+"what to use when" guide. Pure functions of the rows and points ``ladder_meters.measure`` returns.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from .ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
+
+
+def record(rows: Sequence[dict], rec) -> None:
+    """``<rung>_<metric>`` for every rung and metric (units in ``METRICS``), each with the
+    device the rung ran on."""
+    for row in rows:
+        for metric, unit in METRICS.items():
+            rec.record(f"{row['name']}_{metric}", row[metric], unit, device=row["device"])
+
+
+def summary(rows: Sequence[dict], points: dict[tuple, dict], *,
+            max_drop_points: float = 2.0) -> dict:
+    """The best inference rung (fastest test set within ``max_drop_points`` of the baseline's
+    accuracy) and the best training configuration among those that train the teacher (a
+    smaller model training faster is not a training technique), against the baseline."""
+    if max_drop_points < 0:
+        raise ValueError(f"max_drop_points must be >= 0, got {max_drop_points}")
+    base = rows[0]
+    drop = {r["name"]: 100 * (base["test_accuracy"] - r["test_accuracy"]) for r in rows}
+    inf = min((r for r in rows if drop[r["name"]] <= max_drop_points),
+              key=lambda r: r["test_set_s"])
+    trn = min((p for p in points.values() if p["train_epoch_s"] is not None
+               and not {"distill", "prune"} & set(p["techniques"])),
+              key=lambda p: p["train_epoch_s"])
+    return {"best_inference": inf["name"],
+            "best_inference_speedup": base["test_set_s"] / inf["test_set_s"],
+            "best_inference_accuracy_drop_points": drop[inf["name"]],
+            "best_training": trn["name"],
+            "best_training_speedup": base["train_epoch_s"] / trn["train_epoch_s"]}
+
+
+def bound_checks(rows: Sequence[dict]) -> list[dict]:
+    """Each rung against the rung below it: the accuracy change in points, the bound
+    (``BOUNDS``) of the technique it adds, and whether the loss stays within it. A rung that
+    adds only ``ACCURACY_NEUTRAL`` techniques gets ``bound_points`` and ``ok`` None: its
+    accuracy is the rung below's by construction, so there is nothing to check."""
+    out = []
+    for below, row in zip(rows, rows[1:]):
+        added = [t for t in row["techniques"] if t not in below["techniques"]]
+        change = 100 * (row["test_accuracy"] - below["test_accuracy"])
+        bounded = [BOUNDS[t] for t in added if t not in ACCURACY_NEUTRAL]
+        bound = min(bounded) if bounded else None
+        out.append({"rung": row["name"], "added": added, "change_points": change,
+                    "bound_points": bound,
+                    "ok": None if bound is None else -change <= bound + 1e-9})
+    return out
+
+
+def pareto_front(points: Sequence[dict], *, x: str = "latency_b32_ms") -> list[dict]:
+    """The points no other point beats on both ``x`` (lower is better) and accuracy."""
+    front, best = [], -math.inf
+    for p in sorted(points, key=lambda p: (p[x], -p["test_accuracy"])):
+        if p["test_accuracy"] > best:
+            front.append(p)
+            best = p["test_accuracy"]
+    return front
+
+
+def effect(points: dict[tuple, dict], technique: str, *, metric: str) -> dict | None:
+    """What switching ``technique`` on does to ``metric``: a factor before / after (> 1: it
+    helps a time or size); for accuracy, the change in points. ``alone``: on the baseline;
+    ``on_top``: with the most other techniques on; ``median``: over every measured pair of
+    points that differ only in it. None when no pair was measured."""
+    if technique not in TECHNIQUES:
+        raise ValueError(f"technique must be one of {TECHNIQUES}, got {technique!r}")
+    i, pairs = TECHNIQUES.index(technique), {}
+    for key, row in points.items():
+        on = points.get(key[:i] + (True,) + key[i + 1:])
+        if not key[i] and on and row[metric] is not None and on[metric] is not None:
+            a, b = row[metric], on[metric]
+            pairs[key] = 100 * (b - a) if metric == "test_accuracy" else a / b
+    if not pairs:
+        return None
+    top = max(pairs, key=sum)
+    return {"alone": pairs.get((False,) * len(TECHNIQUES)), "on_top": pairs[top],
+            "on_top_of": tuple(t for t, on in zip(TECHNIQUES, top) if on),
+            "median": statistics.median(pairs.values()), "pairs": len(pairs)}
+
+
+def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence[tuple[str, str, dict]]
+                         ) -> list[dict]:
+    """For each ``(label, metric, row)``: the speed-up ``row`` measured against ``base``, and
+    the product of the speed-ups its techniques give alone (what "speed-ups multiply" predicts)."""
+    out = []
+    for label, metric, row in stacks:
+        predicted = math.prod(effect(points, t, metric=metric)["alone"] for t in row["techniques"])
+        measured = base[metric] / row[metric]
+        out.append({"label": label, "metric": metric, "predicted": predicted,
+                    "measured": measured, "ratio": measured / predicted})
+    return out
+
+
+def _word(f: float | None) -> str:
+    # "helps"/"hurts": at least 10% faster/slower; anything closer is called no clear change.
+    if f is None:
+        return "not measured"
+    return "helps" if f >= 1.1 else ("hurts" if f <= 0.9 else "no clear change")
+
+
+def _fx(f: float | None) -> str:
+    return "—" if f is None else f"{f:.2f}×"
+
+
+def usage_guide(points: dict[tuple, dict], labels: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The "what to use when" table (Markdown rows, one per technique) and the notes on which
+    techniques do not stack, both read from the measured points."""
+    def get(e, which="median"):
+        return None if e is None or e[which] is None else e[which]
+    rows, notes = [], []
+    for t in TECHNIQUES:
+        e = {m: effect(points, t, metric=m) for m in
+             ("train_epoch_s", "latency_b1_ms", "latency_b32_ms", "size_bytes", "test_accuracy")}
+        tr, same_model = e["train_epoch_s"], t in ("bucketing", "amp", "sdpa")
+        if same_model:
+            train_text = (f"{_word(get(tr, 'alone'))} (alone {_fx(get(tr, 'alone'))}, "
+                          f"on top {_fx(get(tr, 'on_top'))})")
+        elif t == "int8":
+            train_text = "nothing (applied after training)"
+        else:
+            train_text = f"trains a smaller model ({_fx(get(tr, 'on_top'))} per epoch), once built"
+        b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], get(e["size_bytes"])
+        rows.append(f"| {labels[t]} | {train_text} | {_word(get(b32))} (alone {_fx(get(b32, 'alone'))}, "
+                    f"on top {_fx(get(b32, 'on_top'))}) | {_word(get(b1))} ({_fx(get(b1))}) | "
+                    f"{'same' if abs(size - 1) < 0.01 else f'{size:.2f}× smaller'} | "
+                    f"{e['test_accuracy']['median']:+.2f} points |")
+        for metric, what in (("latency_b32_ms", "inference at batch 32"), ("train_epoch_s", "training")):
+            a, o = get(e[metric], "alone"), get(e[metric], "on_top")
+            if a is None or (metric == "train_epoch_s" and not same_model):
+                continue
+            if a >= 1.1 and o < 0.9:
+                notes.append(f"**{labels[t]}** helps {what} alone ({a:.2f}×) but *slows* it on top "
+                             f"of the others ({o:.2f}×): it does not stack.")
+            elif a >= 1.1 and o < 0.67 * a:
+                others = [labels[x] for x in e[metric]["on_top_of"]
+                          if metric != "train_epoch_s" or x != "int8"]
+                notes.append(f"**{labels[t]}** gains less for {what} on top of the others ({o:.2f}×) "
+                             f"than alone ({a:.2f}×): it overlaps with {', '.join(others)}.")
+            elif a <= 0.9 and o >= 1.1:
+                notes.append(f"**{labels[t]}** hurts {what} alone ({a:.2f}×) but helps on top of "
+                             f"the others ({o:.2f}×).")
+    return rows, notes

@@ -1,0 +1,246 @@
+"""What lesson 11 measures on each rung, as functions of a ``ModelZoo``: accuracy, latency, the
+test set's time, a training epoch's time, size and peak memory; ``measure`` fills the table.
+
+Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for latency and
+memory, and a random subset of the test set that is timed at fixed padding (every batch costs
+the same there, so the time is scaled to the whole set). Every forward pass runs through
+``train.predict`` or a plain call inside ``rung_context``: the rung's precision and attention
+kernel, with PyTorch's encoder fast path off (``ladder.applied``).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.utils.data import Subset
+from tqdm.auto import tqdm
+
+from . import bench, quant
+from .amp import choose_precision, make_step_fn
+from .batching import BucketBatchSampler, make_loader
+from .ladder import Rung, Settings, applied
+from .model_zoo import ModelZoo, model_device
+from .models import EncoderClassifier, EncoderConfig
+from .padding import Collate, pad_batch
+from .train import evaluate, predict
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Inputs:
+    typical: list[torch.Tensor]   # token ids of test reviews of median length (a typical bucket)
+    fixed_subset: list[int]       # test reviews timed at fixed padding
+
+
+def choose_inputs(corpus, *, settings: Settings, seed: int = 0) -> Inputs:
+    n = corpus.test.lengths
+    mid = statistics.median(n)
+    by_mid = sorted(range(len(n)), key=lambda i: abs(n[i] - mid))
+    subset = torch.randperm(len(n), generator=torch.Generator().manual_seed(seed))
+    return Inputs([corpus.test[i]["input_ids"] for i in by_mid[:32]],
+                  sorted(subset[:settings.fixed_test_reviews].tolist()))
+
+
+def rung_context(rung: Rung, device: torch.device) -> Callable:
+    """A factory of the block ``rung`` runs in on ``device`` (for ``train.predict``)."""
+    dtype = choose_precision(device).dtype
+    return lambda: applied(rung, device_type=device.type, dtype=dtype)
+
+
+def forward_fn(model, rung: Rung, ids: torch.Tensor, mask: torch.Tensor) -> Callable:
+    context = rung_context(rung, ids.device)
+
+    def run():
+        with torch.inference_mode(), context():
+            return model(ids, mask)
+    return run
+
+
+def typical_batch(zoo: ModelZoo, inputs: Inputs, rung: Rung, size: int):
+    """``size`` typical reviews, padded to the batch's longest with bucketing, else to
+    ``fixed_length``, on the device of the model ``rung`` serves."""
+    ids, mask, _ = pad_batch(inputs.typical[:size],
+                             max_length=None if rung.bucketing else zoo.settings.fixed_length)
+    dev = model_device(zoo.model(rung))
+    return ids.to(dev), mask.to(dev)
+
+
+def test_loader(zoo: ModelZoo, inputs: Inputs, rung: Rung):
+    s, test = zoo.settings, zoo.corpus.test
+    if rung.bucketing:
+        return make_loader(test, batch_size=s.eval_batch, shuffle=False)
+    return make_loader(Subset(test, inputs.fixed_subset), bucketed=False,
+                       batch_size=s.eval_batch, shuffle=False, max_length=s.fixed_length)
+
+
+def run_test_set(zoo: ModelZoo, inputs: Inputs, rung: Rung, loader=None):
+    """``rung``'s outputs over ``loader`` (default: its test loader) and the dataset indices."""
+    model = zoo.model(rung)
+    dev = model_device(model)
+    return predict(model, loader or test_loader(zoo, inputs, rung), device=dev,
+                   context=rung_context(rung, dev))
+
+
+def accuracy(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
+    """Test accuracy of the model ``rung`` serves, in its precision. Padding (masked) and the
+    attention kernel change float rounding only (lessons 01, 09; checked by the tests), so it is
+    scored with dynamic padding and the fused kernel."""
+    r = replace(rung, bucketing=True, sdpa=True)
+    model = zoo.model(r)
+    dev = model_device(model)
+    return evaluate(model, test_loader(zoo, inputs, r), device=dev,
+                    context=rung_context(r, dev))["accuracy"]
+
+
+def latencies(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_size: int,
+              repeats: int | None = None) -> dict[tuple, float]:
+    """Median ms of a forward pass on ``batch_size`` typical reviews, the rungs interleaved;
+    by ``Rung.key``."""
+    if not 1 <= batch_size <= len(inputs.typical):
+        raise ValueError(f"batch_size must be in [1, {len(inputs.typical)}], got {batch_size}")
+    fns = {r.key: forward_fn(zoo.model(r), r, *typical_batch(zoo, inputs, r, batch_size))
+           for r in rungs}
+    res = bench.compare(fns, warmup=zoo.settings.warmup, repeats=repeats or zoo.settings.repeats,
+                        device=zoo.device)
+    return {k: v["timing"].median * 1e3 for k, v in res.items()}
+
+
+def test_set_seconds(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung]) -> dict[tuple, float]:
+    """Seconds to run the whole test set, interleaved, by ``Rung.key`` (fixed padding: the
+    subset's time scaled to the set). No warm-up: ``accuracy`` and ``latencies`` ran every
+    model before."""
+    loaders = {r.key: test_loader(zoo, inputs, r) for r in rungs}
+    res = bench.compare({r.key: functools.partial(run_test_set, zoo, inputs, r, loaders[r.key])
+                         for r in rungs}, warmup=0, repeats=zoo.settings.test_repeats,
+                        device=zoo.device)
+    return {k: v["timing"].median * len(zoo.corpus.test) / len(loaders[k].dataset)
+            for k, v in res.items()}
+
+
+def _epoch_sample(zoo: ModelZoo, bucketing: bool) -> tuple[list[dict], int]:
+    """A few collated training batches standing for an epoch, and the epoch's batch count."""
+    n, s = zoo.corpus.train.lengths, zoo.settings
+    if bucketing:
+        plan = list(BucketBatchSampler(n, batch_size=s.train_batch, seed=zoo.seed))
+        k, cost = s.bucket_train_batches, lambda b: max(n[i] for i in b)
+    else:
+        perm = torch.randperm(len(n), generator=torch.Generator().manual_seed(zoo.seed))
+        plan = [perm[i:i + s.train_batch].tolist() for i in range(0, len(n), s.train_batch)]
+        k, cost = s.fixed_train_batches, len
+    k, by_cost = min(k, len(plan)), sorted(plan, key=cost)
+    collate = Collate(max_length=None if bucketing else s.fixed_length)
+    return [collate([zoo.corpus.train[i] for i in by_cost[(2 * j + 1) * len(plan) // (2 * k)]])
+            for j in range(k)], len(plan)
+
+
+def _training_steps(zoo: ModelZoo, rung: Rung, batches: list[dict]) -> Callable:
+    """One training step per call, cycling over ``batches``, on a copy of the float model
+    (it may be the teacher, which ``distill`` froze: the copy trains again)."""
+    model = copy.deepcopy(zoo.model(replace(rung, int8=False))).requires_grad_(True)
+    name = choose_precision(zoo.device).name if rung.amp else "fp32"
+    steps = itertools.cycle([make_step_fn(model, b, precision_name=name, device=zoo.device)
+                             for b in batches])
+
+    def step():
+        with applied(replace(rung, amp=False), device_type=zoo.device.type, dtype=None):
+            next(steps)()
+    return step
+
+
+def train_epoch_seconds(zoo: ModelZoo, rungs: Sequence[Rung]) -> dict[tuple, float]:
+    """Seconds per epoch of training the float model each rung serves with its training
+    techniques (bucketing, amp, sdpa; int8 comes after training), by ``Rung.key``: steps on a
+    few batches of one epoch's plan (fixed padding: any; bucketed: spread over the batch
+    widths), scaled to the epoch. After a warm-up step each, the rungs' steps are interleaved
+    in rounds, the fewer fixed-padding steps spread over the rounds, so drift hits all alike."""
+    def tkey(r):
+        return r.distill, r.prune, r.bucketing, r.amp, r.sdpa
+    todo = {tkey(r): r for r in rungs}
+    sample = {b: _epoch_sample(zoo, b) for b in {r.bucketing for r in todo.values()}}
+    steps = {k: _training_steps(zoo, r, sample[r.bucketing][0]) for k, r in todo.items()}
+    for step in steps.values():
+        step()
+    rounds = max((len(b) for b, _ in sample.values()), default=0)
+    due = {k: {i * rounds // len(sample[r.bucketing][0]) for i in range(len(sample[r.bucketing][0]))}
+           for k, r in todo.items()}
+    times: dict[tuple, list[float]] = {k: [] for k in todo}
+    for j in range(rounds):
+        now = {k: step for k, step in steps.items() if j in due[k]}
+        for k, v in bench.compare(now, warmup=0, repeats=1, device=zoo.device).items():
+            times[k].append(v["timing"].median)
+    per = {k: statistics.fmean(times[k]) * sample[r.bucketing][1] for k, r in todo.items()}
+    return {r.key: per[tkey(r)] for r in rungs}
+
+
+def peak_mib(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
+    """Peak memory of serving a batch of 32: the weights (``size_bytes``) plus the forward
+    pass's own peak, CUDA's allocator peak or the peak RSS in a fresh process on a CPU
+    (``bench.peak_rss``). With ``measure_memory=False``: the weights only."""
+    weights = zoo.size_bytes(rung)
+    ids, mask = typical_batch(zoo, inputs, rung, len(inputs.typical))
+    if not zoo.settings.measure_memory:
+        return weights / MiB
+    if ids.device.type == "cuda":
+        fn = forward_fn(zoo.model(rung), rung, ids, mask)
+        return (weights + bench.cuda_peak_memory(fn, ids.device)) / MiB
+    src = zoo.model(replace(rung, int8=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "probe.pt"
+        torch.save({"config": src.cfg.to_dict(), "state": src.state_dict(),
+                    "ids": ids.cpu(), "mask": mask.cpu()}, path)
+        extra = bench.peak_rss("course_lib.ladder_meters:serve_probe",
+                               {"path": str(path), "int8": rung.int8, "amp": rung.amp,
+                                "sdpa": rung.sdpa}, prepare=True).extra_bytes
+    return (weights + extra) / MiB
+
+
+def serve_probe(*, path: str, int8: bool, amp: bool, sdpa: bool, prepare: bool = False):
+    """A CPU forward pass of a saved model on a saved batch, for ``bench.peak_rss``
+    (``prepare=True`` returns it, built before the memory baseline is read)."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = EncoderClassifier(EncoderConfig(**saved["config"]))
+    model.load_state_dict(saved["state"])
+    model = quant.quantize_dynamic_int8(model) if int8 else model.eval()
+    run = forward_fn(model, Rung("probe", amp=amp, sdpa=sdpa), saved["ids"], saved["mask"])
+    return run if prepare else run()
+
+
+def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
+            others: Sequence[Rung] = (), progress: bool = True
+            ) -> tuple[list[dict], dict[tuple, dict]]:
+    """Measure ``rungs`` fully and ``others`` (e.g. ``combinations()``) for accuracy, latency
+    and size, and the training time of every point that trains the teacher. Returns the rows
+    of ``rungs`` and every point by ``Rung.key`` (None where a metric was not measured)."""
+    points = list({r.key: r for r in [*others, *rungs]}.values())
+    acc: dict[tuple, float] = {}   # one score per model and precision
+    for r in tqdm(points, desc="accuracy", disable=not progress, leave=False):
+        k = (*ModelZoo.key(r), r.amp)
+        if k not in acc:
+            acc[k] = accuracy(zoo, inputs, r)
+    b1, b32, full = {}, {}, {r.key for r in rungs}
+    for group, repeats in ((rungs, None), ([r for r in points if r.key not in full], 1)):
+        if group:
+            b1.update(latencies(zoo, inputs, group, batch_size=1, repeats=repeats))
+            b32.update(latencies(zoo, inputs, group, batch_size=len(inputs.typical),
+                                 repeats=repeats))
+    test_s = test_set_seconds(zoo, inputs, rungs)
+    train_s = train_epoch_seconds(zoo, [r for r in points if r.key in full
+                                        or not (r.distill or r.prune)])
+    peak = {r.key: peak_mib(zoo, inputs, r) for r in rungs}
+    table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
+                     # where it ran: int8 models stay on the CPU even on a GPU machine
+                     "device": model_device(zoo.model(r)).type,
+                     "test_accuracy": acc[(*ModelZoo.key(r), r.amp)],
+                     "test_set_s": test_s.get(r.key), "latency_b1_ms": b1[r.key],
+                     "latency_b32_ms": b32[r.key], "train_epoch_s": train_s.get(r.key),
+                     "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key)}
+             for r in points}
+    return [{**table[r.key], "name": r.name} for r in rungs], table

@@ -1,0 +1,94 @@
+"""The models lesson 11's rungs serve, each built once: the teacher, the distilled student, their
+pruned versions, and the int8 version of each.
+
+Each build is its lesson's function: ``distill.distill`` reading the teacher's logits cached once
+by ``distill.teacher_logits`` (06), ``pruning.prune_ffn_neurons`` + ``fine_tune`` (05),
+``quant.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on a GPU
+machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
+the model, so the zoo keys models by ``(distill, prune, int8)`` only.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from torch import nn
+
+from . import pruning, quant
+from .batching import make_loader
+from .distill import DistillSet, distill, teacher_logits
+from .ladder import Rung, Settings
+from .models import EncoderClassifier, build_model, mha_fastpath
+from .train import TrainConfig
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class ModelZoo:
+    """Builds the model each rung serves, once, and says how big it is on disk."""
+
+    def __init__(self, teacher: EncoderClassifier, corpus, *, device: torch.device | str,
+                 settings: Settings = Settings(), seed: int = 0, progress: bool = True):
+        settings.validate()
+        self.device = torch.device(device)
+        self.teacher = teacher.eval().to(self.device)
+        self.corpus, self.settings, self.seed, self.progress = corpus, settings, seed, progress
+        self.build_seconds: dict[str, float] = {}   # "distill", "distill_prune", ...: seconds
+        self._models: dict[tuple[bool, bool, bool], nn.Module] = {}
+        self._transfer: tuple[DistillSet, torch.Tensor] | None = None
+
+    @staticmethod
+    def key(rung: Rung) -> tuple[bool, bool, bool]:
+        return rung.distill, rung.prune, rung.int8
+
+    def model(self, rung: Rung) -> nn.Module:
+        """The model ``rung`` serves, in eval mode."""
+        key = self.key(rung)
+        if key not in self._models:
+            self._models[key] = self._build(rung)
+        return self._models[key]
+
+    def size_bytes(self, rung: Rung) -> int:
+        """Size on disk: bytes of ``torch.save(state_dict)`` (``quant.state_dict_bytes``)."""
+        model = self.model(rung)
+        return quant.state_dict_bytes(model.model if isinstance(model, quant.NoFastPath) else model)
+
+    def distill_set(self) -> tuple[DistillSet, torch.Tensor]:
+        """Lesson 06's distillation set (labelled training split + unlabelled transfer split)
+        and the frozen teacher's logits for it, computed once."""
+        if self._transfer is None:
+            data = DistillSet(self.corpus.train, self.corpus.transfer)
+            self._transfer = data, teacher_logits(self.teacher, data, device=self.device)
+        return self._transfer
+
+    def _build(self, rung: Rung) -> nn.Module:
+        if not (rung.int8 or rung.prune or rung.distill):
+            return self.teacher
+        t0, s = time.perf_counter(), self.settings
+        if rung.int8:
+            model = quant.quantize_dynamic_int8(self.model(Rung("below", distill=rung.distill,
+                                                                prune=rung.prune)))
+        elif rung.prune:
+            model = pruning.prune_ffn_neurons(self.model(Rung("below", distill=rung.distill)),
+                                              amount=s.prune_amount)
+            loader = make_loader(self.corpus.train, batch_size=s.train_batch, seed=self.seed)
+            pruning.fine_tune(model, loader, steps=s.finetune_steps, lr=s.finetune_lr,
+                              device=self.device, seed=self.seed, progress=self.progress)
+        else:
+            data, cached = self.distill_set()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                model = build_model(self.teacher.cfg.vocab_size, preset="student",
+                                    max_len=self.teacher.cfg.max_len)
+            loader = make_loader(data, batch_size=s.train_batch, seed=self.seed)
+            cfg = TrainConfig(epochs=math.ceil(s.distill_steps / len(loader)), lr=s.distill_lr,
+                              seed=self.seed)
+            with mha_fastpath(False):
+                distill(model, None, loader, cfg=cfg, cached_logits=cached,
+                        max_steps=s.distill_steps, device=self.device, progress=self.progress)
+        self.build_seconds["_".join(t for t in ("distill", "prune", "int8")
+                                    if getattr(rung, t))] = time.perf_counter() - t0
+        return model.eval()
