@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = ["naive_attention", "sdpa_attention", "tiled_attention", "sdpa_backend",
            "sdpa_backend_table", "causal_mask", "sliding_window_mask", "block_sparse_mask",
-           "mask_density", "to_mha_mask", "ATTENTION_FUNCTIONS"]
+           "mask_density", "window_tile_fraction", "to_mha_mask", "ATTENTION_FUNCTIONS"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -237,6 +237,22 @@ def mask_density(mask: torch.Tensor) -> float:
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
     return float(mask.float().mean())
+
+
+def window_tile_fraction(length: int, *, window: int, block_size: int) -> float:
+    """Share of the ``block_size`` x ``block_size`` score tiles that a sliding window of
+    ``window`` touches: the work of a kernel that skips empty tiles (FlexAttention with a block
+    mask, a block-sparse kernel), where dense SDPA with the same mask computes every tile.
+    Counted without building the L x L mask: tiles ``d`` blocks apart hold pairs as close as
+    ``(d - 1) * block_size + 1`` positions, so they are touched while that is ``<= window``."""
+    _length(length)
+    _length(block_size, "block_size")
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    n = -(-length // block_size)
+    reach = min(n - 1, (window - 1) // block_size + 1)   # farthest touched diagonal
+    touched = n + 2 * sum(n - d for d in range(1, reach + 1))
+    return touched / (n * n)
 
 
 def to_mha_mask(mask: torch.Tensor) -> torch.Tensor:

@@ -101,25 +101,3 @@ def count_graphs(fn: Callable, calls: Sequence[Sequence], *, dynamic: bool | Non
         cfn(*args)
     torch.compiler.reset()
     return counter.graphs
-
-
-def round_up(length: int, *, multiple: int) -> int:
-    """``length`` rounded up to a multiple of ``multiple`` (pad to few shapes for compilers)."""
-    if multiple < 1:
-        raise ValueError(f"multiple must be >= 1, got {multiple}")
-    if length < 0:
-        raise ValueError(f"length must be >= 0, got {length}")
-    return -(-length // multiple) * multiple
-
-
-def pad_to_multiple(batch: dict, *, multiple: int, pad_id: int = 0) -> dict:
-    """A course batch (``input_ids``, ``attention_mask``) padded on the right so that its
-    length is a multiple of ``multiple``: at most ``len // multiple + 1`` distinct shapes."""
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    extra = round_up(ids.shape[1], multiple=multiple) - ids.shape[1]
-    if extra == 0:
-        return batch
-    out = dict(batch)
-    out["input_ids"] = torch.nn.functional.pad(ids, (0, extra), value=pad_id)
-    out["attention_mask"] = torch.nn.functional.pad(mask, (0, extra), value=False)
-    return out

@@ -68,6 +68,15 @@ class EncoderConfig:
         return asdict(self)
 
 
+def _keep_off_fused_path(module: nn.Module, args: tuple) -> None:
+    """A forward pre-hook that changes nothing. ``TransformerEncoderLayer`` skips torch's fused
+    inference path when a hook is attached, and that path returned NaN with a float attention
+    mask (torch 2.13, CPU) where the layer's own code is exact. A hook on the layer rather than
+    the global switch (``torch.backends.mha``): nothing global changes inside ``forward``, so
+    threads and ``torch.compile`` see a plain module."""
+    return None
+
+
 def alibi_bias(length: int, slopes: torch.Tensor) -> torch.Tensor:
     """The (heads, length, length) additive score bias ``-slope_h * |i - j|``."""
     i = torch.arange(length, device=slopes.device, dtype=slopes.dtype)
@@ -98,6 +107,9 @@ class EncoderClassifier(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, cfg.n_layers,
                                              enable_nested_tensor=cfg.nested_tensor and not cfg.norm_first)
         self.head = nn.Linear(cfg.d_model, cfg.n_outputs)
+        if cfg.position_bias == "alibi":
+            for block in self.encoder.layers:
+                block.register_forward_pre_hook(_keep_off_fused_path)
         # BERT/GPT-2 initialise embeddings with std 0.02. torch's default N(0, 1) makes them
         # so large that Adam's ~lr-sized steps barely move them: training stalls near chance.
         nn.init.normal_(self.tok.weight, std=0.02)
@@ -140,13 +152,9 @@ class EncoderClassifier(nn.Module):
             bias = bias.masked_fill(attn_mask.view(B, H, L, L) if attn_mask.dim() == 3
                                     else attn_mask, float("-inf"))
         # The float mask goes in the input's dtype: under autocast MHA would otherwise mix
-        # a float32 mask with 16-bit scores. torch's fused inference path returns NaN with a
-        # float mask (torch 2.13, CPU), so it is switched off for this call.
-        bias = bias.reshape(B * H, L, L).to(x.dtype)
-        if self.training or torch.is_grad_enabled():
-            return self.encoder(x, mask=bias)
-        with mha_fastpath(False):
-            return self.encoder(x, mask=bias)
+        # a float32 mask with 16-bit scores. (The layers stay off torch's fused inference path:
+        # see _keep_off_fused_path.)
+        return self.encoder(x, mask=bias.reshape(B * H, L, L).to(x.dtype))
 
     @staticmethod
     def pool(h: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

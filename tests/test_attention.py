@@ -170,3 +170,16 @@ def test_measured_peak_of_naive_attention_follows_the_model():
     model = M.predict_memory(method="naive", batch=1, heads=4, length=1024, head_dim=32)
     assert 0.8 * model.peak_extra <= naive <= 1.5 * model.peak_extra
     assert sdpa < naive / 5
+
+
+@pytest.mark.parametrize("length, window, block", [(64, 1, 8), (64, 8, 8), (64, 9, 8), (70, 20, 16),
+                                                   (32, 100, 8), (17, 3, 4)])
+def test_window_tile_fraction_counts_the_tiles_the_mask_touches(length, window, block):
+    from course_lib.attention import sliding_window_mask, window_tile_fraction
+    m = sliding_window_mask(length, window=window)
+    n = -(-length // block)
+    padded = torch.zeros(n * block, n * block, dtype=torch.bool)
+    padded[:length, :length] = m
+    tiles = padded.view(n, block, n, block).any(3).any(1)       # a tile with any allowed pair
+    assert window_tile_fraction(length, window=window, block_size=block) == pytest.approx(
+        tiles.float().mean().item())

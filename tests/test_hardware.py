@@ -106,14 +106,3 @@ def test_graph_counter_counts_recompilations_of_a_trivial_function():
     assert cc.count_graphs(f, calls, dynamic=False) == 4      # one per shape
     assert cc.count_graphs(f, calls, dynamic=True) == 1       # one symbolic graph
     assert cc.count_graphs(f, calls[:1] * 3, dynamic=False) == 1
-
-
-def test_round_up_and_pad_to_multiple():
-    assert cc.round_up(33, multiple=32) == 64 and cc.round_up(32, multiple=32) == 32
-    with pytest.raises(ValueError, match="multiple"):
-        cc.round_up(3, multiple=0)
-    batch = {"input_ids": torch.ones(2, 5, dtype=torch.long),
-             "attention_mask": torch.ones(2, 5, dtype=torch.bool), "labels": torch.zeros(2)}
-    out = cc.pad_to_multiple(batch, multiple=8)
-    assert out["input_ids"].shape == (2, 8) and out["attention_mask"][:, 5:].sum() == 0
-    assert out["input_ids"][:, 5:].sum() == 0 and out["labels"] is batch["labels"]
