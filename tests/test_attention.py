@@ -183,3 +183,22 @@ def test_window_tile_fraction_counts_the_tiles_the_mask_touches(length, window, 
     tiles = padded.view(n, block, n, block).any(3).any(1)       # a tile with any allowed pair
     assert window_tile_fraction(length, window=window, block_size=block) == pytest.approx(
         tiles.float().mean().item())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch.compile's own internals
+def test_flex_window_attention_matches_sdpa_with_the_window_mask():
+    from course_lib.attention import flex_window_attention, sdpa_attention, sliding_window_mask
+    L, W, B = 256, 20, 64
+    try:
+        fn, skipped = flex_window_attention(L, window=W, block_size=B)
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 2, L, 16, generator=g) for _ in range(3))
+        out = fn(q, k, v)
+    except Exception as err:   # no C++ compiler for Inductor, or no FlexAttention here
+        pytest.skip(f"FlexAttention unavailable here: {err}")
+    ref = sdpa_attention(q, k, v, mask=sliding_window_mask(L, window=W))
+    assert torch.allclose(out, ref, atol=1e-4)
+    from course_lib.attention import window_tile_fraction
+    assert skipped == pytest.approx(1 - window_tile_fraction(L, window=W, block_size=B))
+    with pytest.raises(ValueError, match="window"):
+        flex_window_attention(L, window=0, block_size=B)
