@@ -87,36 +87,31 @@ class LessonRecipes:
 
 def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRecipes,
                  device: torch.device | str = "cpu") -> dict[str, list[float]]:
-    """Lesson 06's comparison: the student preset from scratch and distilled, per seed."""
-    from .distill import DistillSet, distill, teacher_logits
-    from .models import build_model
+    """Lesson 06's comparison: the student preset from scratch and distilled, per seed
+    (``student_runs.train_student``, the function the lesson calls)."""
+    from .distill import DistillSet, teacher_logits
+    from .student_runs import StudentRecipe, train_student
 
     test = make_loader(corpus.test, batch_size=64, shuffle=False)
     dset = DistillSet(corpus.train, corpus.transfer)   # lesson 06: the transfer split unlabelled
     cached = teacher_logits(teacher, dset, device=device)
+    recipe = StudentRecipe(steps=recipes.distill_steps, batch_size=recipes.distill_batch,
+                           lr=recipes.distill_lr, temperature=recipes.temperature,
+                           alpha=recipes.alpha)
     acc = {"scratch": [], "distilled": []}
     for seed in recipes.distill_seeds:
-        for kind in acc:
-            torch.manual_seed(seed)
-            m = build_model(len(corpus.vocab), preset="student")
-            data = corpus.train if kind == "scratch" else dset
-            loader = make_loader(data, batch_size=recipes.distill_batch, seed=seed)
-            cfg = TrainConfig(epochs=-(-recipes.distill_steps // len(loader)),
-                              lr=recipes.distill_lr, seed=seed)
-            if kind == "scratch":
-                train(m, loader, cfg=cfg, device=device, max_steps=recipes.distill_steps,
-                      progress=False)
-            else:
-                distill(m, None, loader, cached_logits=cached, cfg=cfg,
-                        temperature=recipes.temperature, alpha=recipes.alpha, device=device,
-                        max_steps=recipes.distill_steps, progress=False)
-            acc[kind].append(evaluate(m, test, device=device)["accuracy"])
+        for arm in acc:
+            m = train_student(arm, corpus=corpus, distill_set=dset, cached_logits=cached,
+                              seed=seed, recipe=recipe, device=device)
+            acc[arm].append(evaluate(m, test, device=device)["accuracy"])
     return acc
 
 
 def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float, float]:
-    """Lesson 04's regression check in FP32: mean MAE of the model over seeds, and its ratio to
-    the MAE of predicting the training mean (below 1: the model learned something)."""
+    """Lesson 04's regression check in FP32, with the lesson's own calls (``amp.amp_train``,
+    ``amp.evaluate_amp``): mean MAE over seeds, and its ratio to the MAE of predicting the
+    training mean (below 1: the model learned something)."""
+    from .amp import amp_train, evaluate_amp
     from .models import build_model
 
     easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0),
@@ -127,10 +122,9 @@ def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float,
         torch.manual_seed(seed)
         m = build_model(len(easy.vocab), preset="student", n_outputs=1)
         loader = make_loader(easy.train, batch_size=16, seed=seed, max_length=recipes.reg_length)
-        cfg = TrainConfig(epochs=-(-recipes.reg_steps // len(loader)), lr=2e-3, seed=seed,
-                          task="regression")
-        train(m, loader, cfg=cfg, max_steps=recipes.reg_steps, progress=False)
-        maes.append(evaluate(m, test, task="regression")["mae"])
+        amp_train(m, loader, precision_name="fp32", steps=recipes.reg_steps, lr=2e-3,
+                  task="regression", seed=seed)
+        maes.append(evaluate_amp(m, test, task="regression", precision_name="fp32")["mae"])
     mean = sum(r.rating for r in easy.train.reviews) / len(easy.train)
     mean_mae = sum(abs(r.rating - mean) for r in easy.test.reviews) / len(easy.test)
     return statistics.mean(maes), statistics.mean(maes) / mean_mae
