@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .device import amp_dtype
-from .models import mha_fastpath
+from .models import Attention
 from .train import LossFn, evaluate, task_loss, to_device, warmup_cosine
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
@@ -174,9 +174,7 @@ def evaluate_amp(model: nn.Module, loader, *, device: torch.device | str = "cpu"
                  task: str = "classification", precision_name: str = "fp32") -> dict[str, float]:
     """``course_lib.train.evaluate`` under the autocast dtype of ``precision_name``."""
     dtype = precision(precision_name).dtype
-    # the fused fast path fails under CPU autocast in torch 2.13; the regular path is the same math
-    with mha_fastpath(False):
-        return evaluate(model, loader, device=device, task=task, autocast_dtype=dtype)
+    return evaluate(model, loader, device=device, task=task, autocast_dtype=dtype)
 
 
 def layer_output_dtypes(model: nn.Module, batch: dict, *, device: torch.device | str,
@@ -187,7 +185,7 @@ def layer_output_dtypes(model: nn.Module, batch: dict, *, device: torch.device |
     rows: list[tuple[str, str, str]] = []
     hooks = []
     for name, mod in model.named_modules():
-        if name and (not list(mod.children()) or isinstance(mod, nn.MultiheadAttention)):
+        if name and (not list(mod.children()) or isinstance(mod, (nn.MultiheadAttention, Attention))):
             def hook(m, _inp, out, name=name):
                 t = out[0] if isinstance(out, tuple) else out
                 if torch.is_tensor(t):

@@ -60,8 +60,7 @@ def sha256(path: Path) -> str:
 def train_baseline(corpus: Corpus, *, recipe: BaselineRecipe = BaselineRecipe(),
                    progress: bool = True) -> tuple[EncoderClassifier, dict]:
     """Train the baseline from scratch; returns the model and its manifest entries."""
-    torch.manual_seed(recipe.model_seed)
-    model = build_model(len(corpus.vocab), preset=recipe.preset)
+    model = build_model(len(corpus.vocab), preset=recipe.preset, seed=recipe.model_seed)
     data = teacher_training_set(corpus)
     loader = make_loader(data, batch_size=recipe.batch_size, seed=recipe.train.seed)
     hist = train(model, loader, cfg=recipe.train, progress=progress)

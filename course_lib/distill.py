@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from torch.utils.data import ConcatDataset, Dataset
 
 from .batching import make_loader
+from .models import padding_mask
 from .train import History, TrainConfig, predict, train
 
 UNLABELLED = -1
@@ -94,7 +95,7 @@ class HiddenStateMatcher(nn.Module):
 def pooled_hidden(model: nn.Module, input_ids: torch.Tensor,
                   attention_mask: torch.Tensor) -> torch.Tensor:
     """The mean-pooled encoder output of an ``EncoderClassifier`` (before its head)."""
-    h = model.encode(model.embed(input_ids), key_padding_mask=~attention_mask)
+    h = model.encode(model.embed(input_ids), mask=padding_mask(attention_mask))
     return model.pool(h, attention_mask)
 
 

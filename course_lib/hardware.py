@@ -122,7 +122,7 @@ def encoder_layer_ops(cfg: EncoderConfig, *, batch: int, length: int,
         _linear("output projection", n, d, d, e),
         Op("residual + LayerNorm", 10.0 * n * d, e * 3 * n * d),
         _linear("FFN up", n, d, f, e),
-        Op("ReLU", 1.0 * n * f, e * 2 * n * f),
+        Op("GELU", 8.0 * n * f, e * 2 * n * f),   # erf GELU: about 8 operations per element (an estimate)
         _linear("FFN down", n, f, d, e),
         Op("residual + LayerNorm 2", 10.0 * n * d, e * 3 * n * d),
     ]

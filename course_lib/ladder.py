@@ -2,11 +2,11 @@
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
 in ``amp.choose_precision``'s dtype, 04), ``distill`` (a 1-layer student, ``distill.distill``,
-06), ``prune`` (``pruning.prune_ffn_neurons`` + ``fine_tune``, 05), ``int8``
+06), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
 (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
-math backend, 09). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention.
-PyTorch's encoder fast path is off everywhere: it does not apply to training and int8 needs it
-off (lesson 07), so with it on the rungs could not be compared.
+math backend, 09). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
+(the course model's ``F.scaled_dot_product_attention`` call restricted to SDPA's math backend,
+which computes and stores the full score matrix).
 
 The ladder in four modules, one job each: this one (rungs: ``ladder`` adds one technique per
 rung, ``combinations`` gives every subset; ``Settings``; ``applied``, the run-time block),
@@ -27,7 +27,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import pruning, quant
 from .amp import ACCURACY_TOLERANCE_POINTS as AMP_TOLERANCE
 from .distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
-from .models import mha_fastpath
 
 TECHNIQUES = ("bucketing", "amp", "distill", "prune", "int8", "sdpa")
 RUNG_NAMES = {"bucketing": "bucketing", "amp": "mixed_precision", "distill": "distillation",
@@ -115,9 +114,9 @@ class Settings:
 @contextlib.contextmanager
 def applied(rung: Rung, *, device_type: str, dtype: torch.dtype | None) -> Iterator[None]:
     """The run-time techniques of ``rung`` in a block: autocast in ``dtype`` if ``amp``, SDPA's
-    math backend unless ``sdpa``, and the encoder fast path off (see the module docstring)."""
+    math backend unless ``sdpa``."""
     dtype = dtype if rung.amp else None
     kernels = contextlib.nullcontext() if rung.sdpa else sdpa_kernel([SDPBackend.MATH])
-    with mha_fastpath(False), kernels, torch.amp.autocast(
+    with kernels, torch.amp.autocast(
             device_type=device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
         yield

@@ -5,7 +5,7 @@ Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for l
 memory, and a random subset of the test set that is timed at fixed padding (every batch costs
 the same there, so the time is scaled to the whole set). Every forward pass runs through
 ``train.predict`` or a plain call inside ``rung_context``: the rung's precision and attention
-kernel, with PyTorch's encoder fast path off (``ladder.applied``).
+kernel (``ladder.applied``).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 pruned versions, and the int8 version of each.
 
 Each build is its lesson's function: ``distill.distill`` reading the teacher's logits cached once
-by ``distill.teacher_logits`` (06), ``pruning.prune_ffn_neurons`` + ``fine_tune`` (05),
+by ``distill.teacher_logits`` (06), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
 ``quant.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on a GPU
 machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
 the model, so the zoo keys models by ``(distill, prune, int8)`` only.
@@ -15,11 +15,11 @@ import time
 import torch
 from torch import nn
 
-from . import pruning, quant
+from . import pruning, quant, structured
 from .batching import make_loader
 from .distill import DistillSet, distill, teacher_logits
 from .ladder import Rung, Settings
-from .models import EncoderClassifier, build_model, mha_fastpath
+from .models import EncoderClassifier, build_model
 from .train import TrainConfig
 
 
@@ -54,7 +54,7 @@ class ModelZoo:
     def size_bytes(self, rung: Rung) -> int:
         """Size on disk: bytes of ``torch.save(state_dict)`` (``quant.state_dict_bytes``)."""
         model = self.model(rung)
-        return quant.state_dict_bytes(model.model if isinstance(model, quant.NoFastPath) else model)
+        return quant.state_dict_bytes(model)
 
     def distill_set(self) -> tuple[DistillSet, torch.Tensor]:
         """Lesson 06's distillation set (labelled training split + unlabelled transfer split)
@@ -72,7 +72,7 @@ class ModelZoo:
             model = quant.quantize_dynamic_int8(self.model(Rung("below", distill=rung.distill,
                                                                 prune=rung.prune)))
         elif rung.prune:
-            model = pruning.prune_ffn_neurons(self.model(Rung("below", distill=rung.distill)),
+            model = structured.prune_ffn_neurons(self.model(Rung("below", distill=rung.distill)),
                                               amount=s.prune_amount)
             loader = make_loader(self.corpus.train, batch_size=s.train_batch, seed=self.seed)
             pruning.fine_tune(model, loader, steps=s.finetune_steps, lr=s.finetune_lr,
@@ -86,9 +86,8 @@ class ModelZoo:
             loader = make_loader(data, batch_size=s.train_batch, seed=self.seed)
             cfg = TrainConfig(epochs=math.ceil(s.distill_steps / len(loader)), lr=s.distill_lr,
                               seed=self.seed)
-            with mha_fastpath(False):
-                distill(model, None, loader, cfg=cfg, cached_logits=cached,
-                        max_steps=s.distill_steps, device=self.device, progress=self.progress)
+            distill(model, None, loader, cfg=cfg, cached_logits=cached,
+                    max_steps=s.distill_steps, device=self.device, progress=self.progress)
         self.build_seconds["_".join(t for t in ("distill", "prune", "int8")
                                     if getattr(rung, t))] = time.perf_counter() - t0
         return model.eval()

@@ -113,9 +113,10 @@ def block_mask(seq_ids: torch.Tensor) -> torch.Tensor:
     return seq_ids.unsqueeze(2) == seq_ids.unsqueeze(1)
 
 
-def encoder_attn_mask(seq_ids: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """The block mask in ``nn.TransformerEncoder``'s form: (R * heads, L, L), True = blocked."""
-    return (~block_mask(seq_ids)).repeat_interleave(n_heads, dim=0)
+def encoder_mask(seq_ids: torch.Tensor) -> torch.Tensor:
+    """The block mask in the form ``EncoderClassifier.encode`` takes: (R, 1, L, L), True = may
+    attend, broadcast over the heads."""
+    return block_mask(seq_ids).unsqueeze(1)
 
 
 def unpack(values: torch.Tensor, seq_ids: torch.Tensor, n_seqs: int) -> list[torch.Tensor]:
@@ -140,8 +141,10 @@ def packed_forward(model, batch: dict) -> torch.Tensor:
     """Model outputs for every sequence of a packed batch dict (``PackedCollate``'s)."""
     seq_ids = batch["seq_ids"]
     n = int(batch["lengths"].numel())
-    x = model.embed(batch["input_ids"], batch["position_ids"])
-    h = model.encode(x, attn_mask=encoder_attn_mask(seq_ids, model.cfg.n_heads))
+    # The course model's positions are relative (ALiBi's |i - j|, or RoPE's angle between i
+    # and j): a review packed at slot 100 of its row is scored as one starting at 0, and the
+    # block mask alone keeps reviews apart, so position_ids are not passed.
+    h = model.encode(model.embed(batch["input_ids"]), mask=encoder_mask(seq_ids))
     out = model.head(pool_packed(h, seq_ids, n))
     return out.squeeze(-1) if model.cfg.n_outputs == 1 else out
 

@@ -6,37 +6,34 @@ Unstructured pruning uses ``torch.nn.utils.prune`` (PyTorch's pruning tutorial):
 2015, "Learning both weights and connections"), random pruning draws the mask at random;
 both work per layer or globally (one threshold over every pruned tensor).
 
+The course model's matrices are all ``nn.Linear`` modules (``qkv``, ``proj``, ``fc1``, ``fc2``,
+the head), so each owns its weight and calls it through its own forward: the hook always runs.
 Pitfalls handled here (each shown in lesson 05):
 
 * ``prune.*`` works on a module that *owns* the parameter; ``nn.Transformer`` has no
   ``weight``, so the pruned tensors are listed explicitly (``prunable``).
-* ``nn.MultiheadAttention`` reads ``out_proj.weight`` directly without calling ``out_proj``,
-  so the hook never refreshes it and the second backward fails. It is excluded by default;
-  ``include_out_proj=True`` adds a hook on the attention module that refreshes it.
+* torch's ``nn.MultiheadAttention`` (not the course model's attention) reads
+  ``out_proj.weight`` directly without calling ``out_proj``, so the hook never refreshes it and
+  the second backward fails. It is excluded by default; ``include_out_proj=True`` adds a hook
+  on the attention module that refreshes it.
 * ``copy.deepcopy`` fails on a model whose ``weight`` is a computed (non-leaf) tensor:
   ``copy_model`` recomputes those tensors without autograd first.
 * ``amount`` in ``torch.nn.utils.prune`` is a share of the weights *still unpruned*; here it is
   the total sparsity to reach, so pruning 50% then 75% gives 75%, not 87.5%.
 
-Structured pruning removes feed-forward neurons (rows of ``linear1``, columns of
-``linear2``) ranked by ``||[W1_j, b1_j]|| * ||W2_:j||``, the same number in every layer, and
-returns a plain ``EncoderClassifier`` built from a config with a smaller ``d_ff`` (the config
-has one ``d_ff`` for all layers, so the result can be saved and rebuilt from its config).
-Attention heads are not removed: ``nn.MultiheadAttention`` requires ``d_model`` divisible by
-the number of heads with equal q/k/v widths, so dropping heads has no clean dense form.
+Structured pruning (whole neurons, heads and layers removed: a smaller dense model) is in
+``course_lib.structured``.
 """
 from __future__ import annotations
 
 import copy
 import math
 import warnings
-from dataclasses import replace
 
 import torch
 from torch import nn
 from torch.nn.utils import prune
 
-from .models import EncoderClassifier
 from .train import History, TrainConfig, train
 
 METHODS = ("magnitude", "random")
@@ -63,8 +60,10 @@ def prunable(model: nn.Module, *, include_out_proj: bool = False,
              include_head: bool = False) -> list[tuple[str, nn.Module, str]]:
     """``(qualified name, owning module, parameter name)`` of every weight pruning applies to.
 
-    Encoder weights: each attention's ``in_proj_weight``, ``out_proj.weight`` (optional) and
-    the feed-forward ``linear1``/``linear2``. Embeddings are never pruned.
+    Every ``nn.Linear`` weight (the course model's ``qkv``, ``proj``, ``fc1``, ``fc2``; the head
+    only with ``include_head``). In torch's ``nn.MultiheadAttention``: ``in_proj_weight``, and
+    ``out_proj.weight`` only with ``include_out_proj`` (see the module docstring). Embeddings
+    are never pruned.
     """
     out: list[tuple[str, nn.Module, str]] = []
     attn_children: set[int] = set()
@@ -206,60 +205,6 @@ def copy_model(model: nn.Module) -> nn.Module:
                 if isinstance(hook, prune.BasePruningMethod):
                     setattr(mod, hook._tensor_name, hook.apply_mask(mod))
     return copy.deepcopy(model)
-
-
-# ---- structured: remove feed-forward neurons -------------------------------------------------
-
-def ffn_importance(model: EncoderClassifier, *, score: str = "magnitude",
-                   seed: int = 0) -> list[torch.Tensor]:
-    """One importance per feed-forward neuron and layer.
-
-    ``magnitude``: ``||[W1_j, b1_j]||_2 * ||W2_:j||_2``, which is exactly zero when the neuron
-    can never change the output (its input row and bias are zero, so ReLU/GELU gives 0, or
-    its output column is zero). ``random``: uniform scores from ``seed`` (the control).
-    """
-    _check_choice(score, "score", ("magnitude", "random"))
-    gen = torch.Generator().manual_seed(seed)
-    scores = []
-    for layer in model.encoder.layers:
-        w1, w2 = effective_weight(layer.linear1), effective_weight(layer.linear2)
-        if score == "random":
-            scores.append(torch.rand(w1.shape[0], generator=gen))
-            continue
-        b1 = layer.linear1.bias.detach()
-        rows = torch.cat([w1, b1[:, None]], dim=1).norm(dim=1)
-        scores.append((rows * w2.norm(dim=0)).float().cpu())
-    return scores
-
-
-def prune_ffn_neurons(model: EncoderClassifier, *, amount: float, score: str = "magnitude",
-                      seed: int = 0) -> EncoderClassifier:
-    """A new, smaller dense ``EncoderClassifier`` without the least important FFN neurons.
-
-    ``round(amount * d_ff)`` neurons are removed in *every* layer (the same count, so the result
-    is ``EncoderClassifier(replace(cfg, d_ff=kept))``); the input model is left unchanged.
-    """
-    amount = _check_amount(amount)
-    if any(isinstance(h, prune.BasePruningMethod)
-           for m in model.modules() for h in m._forward_pre_hooks.values()):
-        raise ValueError("model has pruning masks attached: call make_permanent(model) first")
-    d_ff = model.cfg.d_ff
-    keep = d_ff - round(amount * d_ff)
-    if keep < 1:
-        raise ValueError(f"amount must leave at least one neuron: amount={amount} of d_ff={d_ff}")
-    scores = ffn_importance(model, score=score, seed=seed)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for i, s in enumerate(scores):
-        idx = torch.topk(s, keep, sorted=False).indices.sort().values
-        p = f"encoder.layers.{i}."
-        idx = idx.to(state[p + "linear1.weight"].device)
-        state[p + "linear1.weight"] = state[p + "linear1.weight"][idx]
-        state[p + "linear1.bias"] = state[p + "linear1.bias"][idx]
-        state[p + "linear2.weight"] = state[p + "linear2.weight"][:, idx]
-    ref = next(model.parameters())
-    small = EncoderClassifier(replace(model.cfg, d_ff=keep)).to(ref.device, ref.dtype)
-    small.load_state_dict(state)
-    return small.train(model.training)
 
 
 # ---- storage, 2:4 sparsity, fine-tuning --------------------------------------------------------

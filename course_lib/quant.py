@@ -15,9 +15,11 @@ Nagel et al. (2021), "A White Paper on Neural Network Quantization":
   the other.
 
 PyTorch's dynamic int8 (``torch.ao.quantization.quantize_dynamic``) is deprecated in favour of
-torchao's ``quantize_``: its warnings are caught here (see ``quantize_dynamic_int8``). The
-multi-head-attention fast path crashes on a dynamically quantized encoder layer: see
-``mha_fastpath``.
+torchao's ``quantize_``: its warnings are caught here (see ``quantize_dynamic_int8``). It maps
+``nn.Linear`` modules; every matrix multiply of the course model is one (``qkv``, ``proj``,
+``fc1``, ``fc2``, the head), so all of them are quantized. torch's own
+``nn.MultiheadAttention`` keeps two of its four projections in FP32 (``size_report`` says why):
+lesson 07 shows that on torch's module.
 """
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .models import mha_fastpath  # noqa: F401  (re-exported: lessons call quant.mha_fastpath)
 
 SCHEMES = ("symmetric", "affine")
 GRANULARITIES = ("per_tensor", "per_channel")
@@ -173,23 +174,9 @@ def fake_quantize_model(model: nn.Module, *, bits: int, scheme: str = "symmetric
     return out
 
 
-class NoFastPath(nn.Module):
-    """Wraps a model so that each forward call runs with the MHA fast path switched off."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        with mha_fastpath(False):
-            return self.model(*args, **kwargs)
-
-
-def quantize_dynamic_int8(model: nn.Module, *, wrap: bool = True,
-                          per_channel: bool = False) -> nn.Module:
+def quantize_dynamic_int8(model: nn.Module, *, per_channel: bool = False) -> nn.Module:
     """PyTorch's dynamic int8 of every ``nn.Linear`` (weights int8 per tensor, or per output
-    channel with ``per_channel=True``; activations quantized on the fly per batch), on a copy;
-    wrapped in ``NoFastPath`` unless ``wrap=False``.
+    channel with ``per_channel=True``; activations quantized on the fly per batch), on a copy.
 
     ``torch.ao.quantization`` emits a DeprecationWarning (it moves to torchao's ``quantize_``)
     and a UserWarning (quantized tensor dtypes are deprecated). The API still works in this
@@ -204,7 +191,7 @@ def quantize_dynamic_int8(model: nn.Module, *, wrap: bool = True,
                 else {nn.Linear})
         q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(), spec,
                                                    dtype=torch.qint8)
-    return NoFastPath(q) if wrap else q
+    return q
 
 
 def torchao_available() -> bool:
@@ -220,7 +207,7 @@ def quantize_torchao_int8(model: nn.Module) -> nn.Module:
 
     out = copy.deepcopy(model).cpu().eval()
     quantize_(out, Int8DynamicActivationInt8WeightConfig())
-    return NoFastPath(out)
+    return out
 
 
 def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -191,7 +191,7 @@ def fidelity(reference: torch.Tensor, other: torch.Tensor, *, k: int = 5) -> dic
 def prune_ffn_neurons_bert(model, *, amount: float) -> nn.Module:
     """A copy of the BERT encoder with ``round(amount * intermediate_size)`` feed-forward
     neurons removed in every layer: those with the smallest product of their input-weight row
-    norm and output-weight column norm (the magnitude score of ``pruning.ffn_importance``).
+    norm and output-weight column norm (the magnitude score of ``structured.ffn_importance``).
     The result is a smaller dense model; nothing is retrained."""
     import copy
 

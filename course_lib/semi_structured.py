@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .models import FeedForward
 from .pruning import semi_structured_mask
 
 __all__ = ["supported", "ffn_linears", "apply_2_4", "fraction_2_4"]
@@ -31,11 +32,11 @@ def supported(device: torch.device | str) -> tuple[bool, str]:
 
 
 def ffn_linears(model: nn.Module) -> list[nn.Linear]:
-    """The feed-forward ``linear1``/``linear2`` of every encoder layer, in order."""
-    layers = [m for m in model.modules() if isinstance(m, nn.TransformerEncoderLayer)]
-    if not layers:
-        raise ValueError("model has no nn.TransformerEncoderLayer: nothing to sparsify")
-    return [lin for layer in layers for lin in (layer.linear1, layer.linear2)]
+    """The feed-forward ``fc1``/``fc2`` of every block of the course model, in order."""
+    ffs = [m for m in model.modules() if isinstance(m, FeedForward)]
+    if not ffs:
+        raise ValueError("model has no models.FeedForward block: nothing to sparsify")
+    return [lin for ff in ffs for lin in (ff.fc1, ff.fc2)]
 
 
 @torch.no_grad()

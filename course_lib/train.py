@@ -21,7 +21,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .device import amp_dtype
-from .models import mha_fastpath
 
 LossFn = Callable[[nn.Module, dict], torch.Tensor]
 
@@ -178,11 +177,10 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
     device = torch.device(device)
     model.eval().to(device)
     outs, idx = [], []
-    with warnings.catch_warnings(), mha_fastpath(autocast_dtype is None):
-        # PyTorch's nested-tensor fast path announces its prototype status on every call.
+    with warnings.catch_warnings():
+        # torch's nn.TransformerEncoder (lesson 01's nested-tensor copies) announces the
+        # prototype status of nested tensors on every call.
         warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
-        # Under CPU autocast the fused encoder fast path fails in torch 2.13 ("expected
-        # scalar type Float but found BFloat16"): switch it off for that case only.
         return _predict(model, loader, device, autocast_dtype, context, outs, idx)
 
 

@@ -57,8 +57,8 @@ def test_regression_task_runs():
 def test_layer_and_op_dtypes_under_bf16():
     rows = dict((n, d) for n, _, d in amp.layer_output_dtypes(
         tiny(), toy_loader()[0], device="cpu", dtype=torch.bfloat16))
-    assert rows["encoder.layers.0.linear1"] == "bfloat16"
-    assert rows["encoder.layers.0.norm1"] == "float32" and rows["loss"] == "float32"
+    assert rows["blocks.0.ff.fc1"] == "bfloat16" and rows["blocks.0.attn.qkv"] == "bfloat16"
+    assert rows["blocks.0.ln1"] == "float32" and rows["loss"] == "float32"
     ops = {op: (a, b) for op, a, b in amp.op_output_dtypes("cpu", torch.bfloat16)}
     assert ops["matmul"] == ("bfloat16", "bfloat16")        # autocast casts down
     assert ops["relu"] == ("float32", "bfloat16")           # left alone: follows its input

@@ -123,7 +123,7 @@ def test_ddp_backend_matches_the_gpus_present():
 def test_teacher_with_2_4_sparse_ffn_matches_its_masked_dense_copy():
     import copy
 
-    from course_lib.models import build_model, mha_fastpath
+    from course_lib.models import build_model
     from course_lib.semi_structured import apply_2_4, supported
 
     ok, why = supported("cuda")
@@ -136,5 +136,52 @@ def test_teacher_with_2_4_sparse_ffn_matches_its_masked_dense_copy():
     apply_2_4(sparse, convert=True)         # the same numbers, sparse kernels
     ids = torch.randint(1, 100, (32, 64), device="cuda")
     mask = torch.ones_like(ids, dtype=torch.bool)
-    with torch.inference_mode(), mha_fastpath(False):
+    with torch.inference_mode():
         assert (sparse(ids, mask).float() - dense(ids, mask).float()).abs().max() < 5e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_course_model_in_16_bit_agrees_with_fp32_and_keeps_padding_out(dtype):
+    """The course model on the GPU under autocast: the folded padding channel and the ALiBi bias
+    in 16 bits give FP32's predictions, padding still changes nothing, and a fused SDPA kernel
+    (not the math fallback) accepts the folded inputs."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from course_lib.models import build_model, fold_key_padding
+
+    if dtype == torch.bfloat16 and _cc()[0] < 8:
+        pytest.skip("bf16 needs compute capability >= 8")
+    model = build_model(100, preset="teacher", seed=0).cuda().eval()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ids = torch.randint(1, 100, (16, 96), device="cuda", generator=g)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    for i in range(16):
+        mask[i, 20 + 4 * i:] = False
+    ids[~mask] = 0
+    with torch.inference_mode():
+        ref = model(ids, mask)
+        with torch.autocast("cuda", dtype=dtype):
+            low = model(ids, mask).float()
+            short = model(ids[:1, :20], mask[:1, :20]).float()
+    assert (low - ref).abs().max() < 5e-2
+    assert (low.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9
+    assert (short[0] - low[0]).abs().max() < 5e-2
+    q, k, v = (torch.randn(16, 4, 96, 32, device="cuda", dtype=dtype) for _ in range(3))
+    q, k, v = fold_key_padding(q, k, v, mask)
+    bias = torch.randn(1, 4, 96, 96, device="cuda", dtype=dtype)
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def test_course_model_trains_a_step_under_the_course_precision():
+    from course_lib.amp import choose_precision
+    from course_lib.models import build_model
+
+    p = choose_precision("cuda")
+    model = build_model(100, preset="teacher", seed=0).cuda().train()
+    ids = torch.randint(1, 100, (8, 64), device="cuda")
+    with torch.autocast("cuda", dtype=p.dtype):
+        loss = torch.nn.functional.cross_entropy(model(ids), torch.zeros(8, dtype=torch.long, device="cuda"))
+    loss.backward()
+    grads = [q.grad for q in model.parameters() if q.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)

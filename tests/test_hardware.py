@@ -37,10 +37,9 @@ def test_forward_flops_match_torch_flop_counter():
     """Our analytic matmul FLOPs agree with torch's FlopCounterMode (which counts matmuls)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    cfg = EncoderConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=2, d_ff=64,
-                        nested_tensor=False)
+    cfg = EncoderConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=2, d_ff=64)
     torch.manual_seed(0)
-    model = build_model(50, d_model=32, n_heads=2, n_layers=2, d_ff=64, nested_tensor=False).train()
+    model = build_model(50, d_model=32, n_heads=2, n_layers=2, d_ff=64).train()
     ids = torch.randint(1, 50, (3, 20))
     with FlopCounterMode(display=False) as counter:
         model(ids, torch.ones_like(ids, dtype=torch.bool))

@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from course_lib import pruning
-from course_lib.models import EncoderClassifier, build_model, count_parameters
+from course_lib.models import build_model
 
 VOCAB = 40
 
@@ -34,7 +34,7 @@ def test_layerwise_sparsity_reached_in_every_layer(method, amount):
     for row in report:
         if row["pruned"]:
             assert row["sparsity"] == pytest.approx(amount, abs=1.0 / row["numel"] + 1e-6)
-        else:   # out_proj and head are excluded by default
+        else:   # the head is excluded by default
             assert row["sparsity"] < 0.05, row
 
 
@@ -68,17 +68,6 @@ def test_bad_arguments_raise_clear_errors(kwargs):
         pruning.prune_unstructured(small_model(), **kwargs)
 
 
-def test_bad_structured_arguments():
-    m = small_model()
-    for amount in (-0.5, 1.2):
-        with pytest.raises(ValueError, match=r"amount must be in \[0, 1\]"):
-            pruning.prune_ffn_neurons(m, amount=amount)
-    with pytest.raises(ValueError, match="at least one neuron"):
-        pruning.prune_ffn_neurons(m, amount=1.0)
-    with pytest.raises(ValueError, match="score"):
-        pruning.prune_ffn_neurons(m, amount=0.5, score="taylor")
-
-
 def test_pruned_weights_stay_zero_after_training_and_after_remove():
     m = small_model()
     pruning.prune_unstructured(m, amount=0.6, scope="global", include_out_proj=True)
@@ -103,13 +92,32 @@ def test_pruned_weights_stay_zero_after_training_and_after_remove():
         torch.testing.assert_close(m(ids, mask), before)
 
 
-def test_out_proj_without_refresh_fails_on_second_backward():
-    m = small_model()
-    tprune.l1_unstructured(m.encoder.layers[0].self_attn.out_proj, "weight", amount=0.5)
-    ids, mask = batch()
-    m.train()
-    m(ids, mask).sum().backward()
+def torch_encoder():
+    """torch's own encoder layer (not the course model): its attention reads out_proj.weight."""
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+
+def test_torch_out_proj_without_refresh_fails_on_second_backward_and_refresh_fixes_it():
+    x = torch.randn(2, 5, 16)
+    trap = torch_encoder()
+    tprune.l1_unstructured(trap.self_attn.out_proj, "weight", amount=0.5)
+    trap(x).sum().backward()
     with pytest.raises(RuntimeError, match="second time"):
+        trap(x).sum().backward()
+    fixed = torch_encoder()
+    pruning.prune_unstructured(fixed, amount=0.5, include_out_proj=True)
+    for _ in range(2):
+        fixed(x).sum().backward()
+    assert pruning.is_pruned(fixed.self_attn.out_proj)
+
+
+def test_course_model_output_projection_is_pruned_like_any_linear():
+    m = small_model().train()
+    pruning.prune_unstructured(m, amount=0.5)
+    assert pruning.is_pruned(m.blocks[0].attn.proj) and pruning.is_pruned(m.blocks[0].attn.qkv)
+    ids, mask = batch()
+    for _ in range(2):
         m(ids, mask).sum().backward()
 
 
@@ -126,47 +134,7 @@ def test_copy_model_works_with_hooks_where_deepcopy_fails():
     with torch.no_grad():
         torch.testing.assert_close(c(ids, mask), m(ids, mask))
     pruning.make_permanent(c)   # the copy's hooks are its own
-    assert pruning.is_pruned(m.encoder.layers[0].linear1)
-
-
-def test_structured_pruning_of_zero_importance_neurons_is_exact():
-    m = small_model().eval()
-    d_ff = m.cfg.d_ff
-    dead = torch.arange(0, d_ff, 3)   # a third of the neurons, different kinds of "dead"
-    with torch.no_grad():
-        for i, layer in enumerate(m.encoder.layers):
-            if i == 0:
-                layer.linear2.weight[:, dead] = 0          # output column zero
-            else:
-                layer.linear1.weight[dead] = 0             # input row and bias zero
-                layer.linear1.bias[dead] = 0
-    scores = pruning.ffn_importance(m)
-    for s in scores:
-        assert (s[dead] == 0).all() and (s[dead] < s.max()).all()
-    small = pruning.prune_ffn_neurons(m, amount=len(dead) / d_ff)
-    assert isinstance(small, EncoderClassifier) and small.cfg.d_ff == d_ff - len(dead)
-    ids, mask = batch()
-    with torch.no_grad():
-        torch.testing.assert_close(small(ids, mask), m(ids, mask), rtol=1e-5, atol=1e-6)
-    assert m.cfg.d_ff == d_ff   # input untouched
-
-
-def test_smaller_model_has_expected_parameter_count_and_rebuilds_from_config():
-    m = small_model()
-    cfg = m.cfg
-    small = pruning.prune_ffn_neurons(m, amount=0.25, score="random", seed=1)
-    removed = round(0.25 * cfg.d_ff)
-    per_neuron = 2 * cfg.d_model + 1   # a row of linear1, its bias, a column of linear2
-    assert count_parameters(small) == count_parameters(m) - cfg.n_layers * removed * per_neuron
-    again = EncoderClassifier(small.cfg)
-    again.load_state_dict(small.state_dict())
-
-
-def test_structured_refuses_masked_model():
-    m = small_model()
-    pruning.prune_unstructured(m, amount=0.2)
-    with pytest.raises(ValueError, match="make_permanent"):
-        pruning.prune_ffn_neurons(m, amount=0.5)
+    assert pruning.is_pruned(m.blocks[0].ff.fc1)
 
 
 def test_storage_and_semi_structured_mask():

@@ -33,7 +33,7 @@ def test_convert_needs_a_supported_gpu_and_16_bit_weights():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA GPUs only"):
             apply_2_4(build_model(50, preset="student"), convert=True)
-    with pytest.raises(ValueError, match="no nn.TransformerEncoderLayer"):
+    with pytest.raises(ValueError, match="no models.FeedForward"):
         ffn_linears(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="divisible by 4"):
         fraction_2_4(torch.ones(3, 6))
