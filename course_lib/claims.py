@@ -8,6 +8,7 @@ records the verdict (``Recorder.verdict``); ``make report`` opens with the table
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
@@ -36,10 +37,12 @@ class Verdict:
     value: float | None
     se: float
     evidence: str         # the measurement in words, with the hardware it ran on
+    dof: float = math.inf  # degrees of freedom behind se (inf: a large-sample normal interval)
 
     def as_dict(self) -> dict:
         return {"claim": self.claim, "outcome": self.outcome, "value": self.value,
-                "se": self.se, "evidence": self.evidence}
+                "se": self.se, "dof": None if math.isinf(self.dof) else self.dof,
+                "evidence": self.evidence}
 
     def markdown(self) -> str:
         c = CLAIMS[self.claim]
@@ -168,12 +171,15 @@ _CLAIMS = [
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
 
-def judge(claim_id: str, value: float | None, *, se: float = 0.0, evidence: str) -> Verdict:
-    """The verdict of ``claim_id`` for a measured ``value`` (standard error ``se``)."""
+def judge(claim_id: str, value: float | None, *, se: float = 0.0, dof: float = math.inf,
+          evidence: str) -> Verdict:
+    """The verdict of ``claim_id`` for a measured ``value`` (standard error ``se`` from evidence
+    with ``dof`` degrees of freedom: ``verdicts.Estimate`` carries all three)."""
     if claim_id not in CLAIMS:
         raise ValueError(f"claim_id must be one of {sorted(CLAIMS)}, got {claim_id!r}")
-    outcome = CLAIMS[claim_id].rule.judge(value, se)
-    return Verdict(claim_id, outcome, None if value is None else float(value), float(se), evidence)
+    outcome = CLAIMS[claim_id].rule.judge(value, se, dof)
+    return Verdict(claim_id, outcome, None if value is None else float(value), float(se),
+                   evidence, float(dof))
 
 
 def for_lesson(stem: str) -> list[Claim]:

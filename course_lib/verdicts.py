@@ -1,20 +1,58 @@
 """How a measured number becomes a verdict on a claim: holds, fails or inconclusive.
 
 A rule compares one measured quantity with a threshold, allowing for the measurement's noise:
-with standard error ``se`` and ``z`` (2 by default, about 95%), the interval
-``value ± z·se`` decides. Entirely on the claim's side of the threshold: **holds**; entirely on
-the other side: **fails**; straddling it, or not measured (None, NaN): **inconclusive**. A
-deterministic count has ``se = 0``. The noise comes from the run itself: the spread of repeated
-timings, the seeds, or the binomial error of an accuracy on n examples (``accuracy_se``).
+a 95% interval ``value ± t·se`` decides, where ``se`` is the standard error and ``t`` the
+Student's t quantile for the evidence's degrees of freedom (``dof``: n - 1 for the mean of n
+seeds, repeats or paired differences; infinite, the normal 1.96, for a binomial accuracy on
+thousands of reviews). With 3 seeds ``t`` is 4.30, not 2: few samples earn wide intervals.
+Entirely on the claim's side of the threshold: **holds**; entirely on the other side:
+**fails**; straddling it, or not measured (None, NaN): **inconclusive**. A deterministic count
+has ``se = 0``. The helpers below return ``Estimate(value, se, dof)``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 
 OUTCOMES = ("holds", "fails", "inconclusive")
 _SYMBOL = {">=": "≥", "<=": "≤"}
+
+
+class Estimate(NamedTuple):
+    value: float
+    se: float                  # standard error
+    dof: float = math.inf      # degrees of freedom of the evidence behind ``se``
+
+
+@functools.lru_cache(maxsize=512)
+def t_quantile(p: float, dof: float) -> float:
+    """Student's t quantile: the ``t`` with P(T <= t) = ``p`` for ``dof`` degrees of freedom.
+
+    The density is integrated (Simpson's rule) and the CDF inverted by bisection: no SciPy
+    needed, 4 digits exact (t(0.975, 2) = 4.303). ``dof`` infinite gives the normal quantile."""
+    if not 0.5 <= p < 1:
+        raise ValueError(f"p must be in [0.5, 1), got {p}")
+    if not dof > 0:
+        raise ValueError(f"dof must be > 0, got {dof}")
+    if dof > 1e4:
+        return statistics.NormalDist().inv_cdf(p)
+    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+
+    def cdf(t: float, n: int = 400) -> float:       # 0.5 + the density's integral over [0, t]
+        f = lambda x: c * (1 + x * x / dof) ** (-(dof + 1) / 2)   # noqa: E731
+        h = t / n
+        return 0.5 + h / 3 * (f(0) + f(t) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, n)))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
 
 
 @dataclass(frozen=True)
@@ -22,30 +60,39 @@ class Rule:
     quantity: str          # what is measured, with its unit, in words
     direction: str         # ">=": the claim holds when the quantity is at least the threshold
     threshold: float
-    z: float = 2.0         # margin in standard errors
+    confidence: float = 0.95   # two-sided interval around the measurement
 
     def __post_init__(self) -> None:
         if self.direction not in _SYMBOL:
             raise ValueError(f"direction must be '>=' or '<=', got {self.direction!r}")
         if not math.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {self.threshold}")
-        if not self.z >= 0:
-            raise ValueError(f"z must be >= 0, got {self.z}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 
-    def judge(self, value: float | None, se: float = 0.0) -> str:
-        """'holds', 'fails' or 'inconclusive' for a measured ``value`` with standard error ``se``."""
+    def margin(self, se: float, dof: float = math.inf) -> float:
+        """Half-width of the interval: Student's t for ``dof`` times ``se``."""
+        return 0.0 if se == 0 else t_quantile(0.5 + self.confidence / 2, dof) * se
+
+    def judge(self, value: float | None, se: float = 0.0, dof: float = math.inf) -> str:
+        """'holds', 'fails' or 'inconclusive' for a measured ``value`` with standard error
+        ``se`` from evidence with ``dof`` degrees of freedom."""
         if se is None or not se >= 0:
             raise ValueError(f"se must be a number >= 0, got {se!r}")
+        if dof is None or not dof > 0:
+            raise ValueError(f"dof must be > 0, got {dof!r}")
         if value is None or not math.isfinite(value) or not math.isfinite(se):
             return "inconclusive"
-        lo, hi = value - self.z * se, value + self.z * se
+        m = self.margin(se, dof)
+        lo, hi = value - m, value + m
         if self.direction == ">=":
             return "holds" if lo >= self.threshold else "fails" if hi < self.threshold else "inconclusive"
         return "holds" if hi <= self.threshold else "fails" if lo > self.threshold else "inconclusive"
 
     def text(self) -> str:
-        noise = f" (± {self.z:g} standard errors)" if self.z else ""
-        return f"holds if {self.quantity} {_SYMBOL[self.direction]} {self.threshold:g}{noise}"
+        return (f"holds if {self.quantity} {_SYMBOL[self.direction]} {self.threshold:g}, with "
+                f"its {self.confidence:.0%} interval (standard error × Student's t for the "
+                f"evidence's degrees of freedom: seeds, repeats or paired items, minus one)")
 
 
 def accuracy_se(accuracy: float, n: int) -> float:
@@ -62,17 +109,19 @@ def difference_se(*ses: float) -> float:
     return math.sqrt(sum(s * s for s in ses))
 
 
-def mean_and_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean. One value has no measurable noise: its standard
-    error is infinite, so a rule calls it inconclusive instead of pretending certainty."""
+def mean_and_se(values: list[float]) -> Estimate:
+    """Mean, standard error of the mean, and n - 1 degrees of freedom. One value has no
+    measurable noise: its standard error is infinite, so a rule calls it inconclusive instead
+    of pretending certainty."""
     if not values:
         raise ValueError("values must not be empty")
     if len(values) == 1:
-        return float(values[0]), math.inf
-    return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+        return Estimate(float(values[0]), math.inf, 1.0)
+    return Estimate(statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)),
+                    float(len(values) - 1))
 
 
-def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+def paired_ratio(numerator: list[float], denominator: list[float]) -> Estimate:
     """Mean and standard error of the per-repeat ratios ``numerator[i] / denominator[i]``: a
     speed-up from interleaved timings (``bench.compare``), where repeat i of each alternative
     ran under the same conditions."""
@@ -84,7 +133,7 @@ def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[floa
     return mean_and_se([a / b for a, b in zip(numerator, denominator)])
 
 
-def paired_accuracy_change(correct_before, correct_after) -> tuple[float, float]:
+def paired_accuracy_change(correct_before, correct_after) -> Estimate:
     """Accuracy change in percentage points, and its standard error, of two models scored on
     the same examples (1/True = correct). Paired: only the examples on which they disagree
     carry noise, so this is much tighter than two independent binomial errors."""
@@ -96,4 +145,4 @@ def paired_accuracy_change(correct_before, correct_after) -> tuple[float, float]
     d = [int(y) - int(x) for x, y in zip(a, b)]          # +1 fixed, -1 broken, 0 unchanged
     mean = sum(d) / n
     var = sum((v - mean) ** 2 for v in d) / max(1, n - 1)
-    return 100 * mean, 100 * math.sqrt(var / n)
+    return Estimate(100 * mean, 100 * math.sqrt(var / n), float(max(1, n - 1)))

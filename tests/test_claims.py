@@ -42,7 +42,7 @@ def test_rule_boundaries_and_errors():
     assert r.judge(1.1, 0.04) == "fails" and r.judge(1.1, 0.06) == "inconclusive"
     lo = Rule("error", "<=", 0.0)
     assert lo.judge(0) == "holds" and lo.judge(1) == "fails"
-    assert "≥ 1.2" in r.text() and "standard errors" in r.text()
+    assert "≥ 1.2" in r.text() and "Student's t" in r.text()
     with pytest.raises(ValueError, match="direction"):
         Rule("x", ">", 1.0)
     with pytest.raises(ValueError, match="se must be"):
@@ -55,10 +55,10 @@ def test_rule_boundaries_and_errors():
 def test_noise_helpers_match_hand_computations():
     assert accuracy_se(0.5, 100) == pytest.approx(0.05)
     assert difference_se(0.03, 0.04) == pytest.approx(0.05)
-    assert mean_and_se([2.0, 4.0]) == pytest.approx((3.0, 1.0))      # stdev sqrt(2) / sqrt(2)
-    assert mean_and_se([5.0]) == (5.0, math.inf)     # one sample: noise unknown
+    assert mean_and_se([2.0, 4.0]) == pytest.approx((3.0, 1.0, 1.0))  # stdev sqrt(2) / sqrt(2)
+    assert mean_and_se([5.0]) == (5.0, math.inf, 1.0)     # one sample: noise unknown
     assert Rule("x", ">=", 1.0).judge(*mean_and_se([5.0])) == "inconclusive"
-    assert paired_ratio([4.0, 6.0], [2.0, 2.0]) == pytest.approx((2.5, 0.5))  # ratios 2 and 3
+    assert paired_ratio([4.0, 6.0], [2.0, 2.0]) == pytest.approx((2.5, 0.5, 1.0))  # ratios 2, 3
     with pytest.raises(ValueError, match="as many repeats"):
         paired_ratio([1.0], [1.0, 2.0])
     with pytest.raises(ValueError):
@@ -82,10 +82,31 @@ def test_paired_accuracy_change_matches_a_hand_count():
 
     before = [1, 1, 1, 1, 0, 0, 0, 0, 1, 1]
     after = [1, 1, 1, 0, 0, 0, 1, 1, 1, 1]    # one broken, two fixed: +1 of 10 = +10 points
-    diff, se = paired_accuracy_change(before, after)
+    diff, se, dof = paired_accuracy_change(before, after)
     d = [0, 0, 0, -1, 0, 0, 1, 1, 0, 0]
     var = sum((x - 0.1) ** 2 for x in d) / 9
     assert diff == pytest.approx(10.0) and se == pytest.approx(100 * math.sqrt(var / 10))
-    assert paired_accuracy_change([1, 0, 1], [1, 0, 1]) == (0.0, 0.0)   # identical: no noise
+    assert dof == 9                                                       # 10 paired items
+    assert paired_accuracy_change([1, 0, 1], [1, 0, 1])[:2] == (0.0, 0.0)   # identical: no noise
     with pytest.raises(ValueError, match="equally long"):
         paired_accuracy_change([1], [1, 0])
+
+
+@pytest.mark.parametrize("dof, table", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776),
+                                        (9, 2.262), (29, 2.045), (math.inf, 1.960)])
+def test_t_quantile_matches_the_printed_table(dof, table):
+    from course_lib.verdicts import t_quantile
+    assert t_quantile(0.975, dof) == pytest.approx(table, abs=1e-3)
+
+
+def test_few_seeds_earn_a_wide_interval_where_2_se_would_have_called_it():
+    """Three seeds, a +3.5 ± 1.6 point difference (lesson 02's convergence run): 2 SE would say
+    it clears 0; Student's t with 2 degrees of freedom (4.30) says inconclusive."""
+    est = mean_and_se([1.7, 2.1, 6.7])
+    assert est.dof == 2 and est.value == pytest.approx(3.5) and est.se == pytest.approx(1.6, abs=0.01)
+    rule = Rule("difference (points)", ">=", 0.0)
+    assert est.value - 2 * est.se > 0                        # the old rule would have called it
+    assert rule.judge(*est) == "inconclusive"
+    assert rule.judge(est.value, est.se, dof=1e6) == "holds"   # the same numbers from a big sample
+    with pytest.raises(ValueError, match="dof"):
+        rule.judge(1.0, 0.1, dof=0)
