@@ -43,10 +43,11 @@ class Precision:
     reason: str = ""
 
 
-def precision(name: str) -> Precision:
-    """The recipe for one of ``DTYPES``: FP16 always comes with a gradient scaler."""
+def precision(name: str, *, parameter: str = "precision_name") -> Precision:
+    """The recipe for one of ``DTYPES``: FP16 always comes with a gradient scaler. A bad name
+    is reported under ``parameter``, the caller's argument that carried it."""
     if name not in DTYPES:
-        raise ValueError(f"name must be one of {list(DTYPES)}, got {name!r}")
+        raise ValueError(f"{parameter} must be one of {list(DTYPES)}, got {name!r}")
     return Precision(name, DTYPES[name], name == "fp16")
 
 

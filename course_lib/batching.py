@@ -247,6 +247,9 @@ def make_loader(dataset, *, batch_size: int, bucketed: bool = True, shuffle: boo
 
     collate = Collate(pad_id=pad_id, max_length=max_length, pad_to_multiple_of=pad_to_multiple_of)
     if bucketed:
+        if lengths is None and not hasattr(dataset, "lengths"):
+            raise ValueError(f"lengths must be given for a {type(dataset).__name__} (it has no "
+                             f"'lengths' attribute), or pass bucketed=False")
         sampler = BucketBatchSampler(dataset.lengths if lengths is None else lengths,
                                      batch_size=batch_size, shuffle=shuffle, seed=seed,
                                      megabatch_size=megabatch_size)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import bench
+
 
 def compile_support(device: torch.device | str = "cpu") -> tuple[bool, str]:
     """Whether ``torch.compile`` with Inductor can be expected to work here, and why not."""
@@ -69,8 +71,15 @@ def compile_or_eager(fn: Callable, example_args: Sequence, *, dynamic: bool | No
 
 
 def _timed(fn: Callable, args: Sequence) -> float:
+    """Seconds of one call, the device synchronized before and after (a GPU call returns when
+    its work is queued, not done)."""
+    devices = {t.device for t in args if torch.is_tensor(t)}
+    for d in devices:
+        bench.synchronize(d)
     t0 = time.perf_counter()
     fn(*args)
+    for d in devices:
+        bench.synchronize(d)
     return time.perf_counter() - t0
 
 

@@ -132,6 +132,15 @@ class CorpusConfig:
         for name in ("p_negate", "p_opener", "p_contrast", "p_intensify"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not isinstance(self.max_opinions, int) or self.max_opinions < 1:
+            raise ValueError(f"max_opinions must be an integer >= 1, got {self.max_opinions!r}")
+        # The largest |score| one opinion can carry; a margin above it is reached only when
+        # several opinions agree, which is rare: the generator would redraw almost forever.
+        one = max(abs(v) for v in (*POSITIVE.values(), *NEGATIVE.values()))
+        one *= 2 if self.p_intensify > 0 else 1
+        if not 0.0 <= self.min_margin <= one:
+            raise ValueError(f"min_margin must be in [0, {one:g}] (the largest |score| of one "
+                             f"opinion with these settings), got {self.min_margin}")
 
 
 # The rules a review can exercise, as recorded by the generator (``Review.rules``). A review
@@ -148,6 +157,10 @@ class Review:
     rating: float    # regression target in (1, 5)
     rules: tuple[str, ...] = ()   # which of RULES appear in the review ("mixed": two opinions
                                   # of opposite sign); ("plain",) when none does
+
+
+# Redraws of one review's opinions before the generator gives up (a valid config needs a few).
+_MAX_REDRAWS = 10_000
 
 
 class _Generator:
@@ -191,7 +204,7 @@ class _Generator:
         cfg = self.cfg
         target = math.exp(math.log(cfg.median_length) + cfg.length_sigma * self.rng.standard_normal())
         target = min(max(int(round(target)), cfg.min_length), cfg.max_length)
-        while True:
+        for attempt in range(_MAX_REDRAWS):
             # Opinions scale with length, so a mean over tokens sees the same density of
             # evidence in short and long reviews.
             k = max(1, int(self.rng.poisson(target / cfg.tokens_per_opinion)))
@@ -215,6 +228,8 @@ class _Generator:
             rating = 1.0 + 4.0 / (1.0 + math.exp(-score / 2.0))
             rules = tuple(r for r in RULES if r in tags) or ("plain",)
             return Review(" ".join(words), int(score > 0), score, rating, rules)
+        raise RuntimeError(f"no review reached |score| >= min_margin={cfg.min_margin} in "
+                           f"{_MAX_REDRAWS:,} draws: lower min_margin or raise max_opinions")
 
 
 def generate(n: int, *, cfg: CorpusConfig, seed: int) -> list[Review]:

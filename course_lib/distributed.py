@@ -131,8 +131,10 @@ class WorkerConfig:
         for name, lo, hi in (("data_scale", 0.0, 1.0), ("lr", 0.0, 1.0)):
             if not lo < getattr(self, name) <= hi:
                 raise ValueError(f"{name} must be in ({lo}, {hi}], got {getattr(self, name)}")
-        if self.threads < 0 or self.timeout_s <= 0:
-            raise ValueError("threads must be >= 0 and timeout_s > 0")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: automatic), got {self.threads}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
 
 
 DRY_RUN = dict(steps=3, batch_size=4, d_model=32, n_layers=1, n_heads=2, d_ff=64,

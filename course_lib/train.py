@@ -42,8 +42,11 @@ class TrainConfig:
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
-        if self.task not in ("classification", "regression"):
-            raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
+        _check_task(self.task)
+        if not self.grad_clip >= 0:
+            raise ValueError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
 
 
 @dataclass
@@ -60,8 +63,17 @@ def to_device(batch: dict, device: torch.device) -> dict:
             for k, v in batch.items()}
 
 
+TASKS = ("classification", "regression")
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+
+
 def task_loss(task: str) -> LossFn:
     """The plain supervised loss: cross-entropy on labels, or MSE on ratings."""
+    _check_task(task)
     def loss_fn(model: nn.Module, batch: dict) -> torch.Tensor:
         out = model(batch["input_ids"], batch["attention_mask"])
         if task == "regression":
@@ -110,6 +122,11 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     loss_fn = loss_fn or task_loss(cfg.task)
     opt = optimizer or torch.optim.AdamW(model.parameters(), lr=cfg.lr,
                                          weight_decay=cfg.weight_decay)
+    if len(loader) == 0:
+        raise ValueError("loader yields no batches: nothing to train on (is the dataset empty, "
+                         "or smaller than a drop_last batch?)")
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}")
     total = cfg.epochs * len(loader) if max_steps is None else min(max_steps, cfg.epochs * len(loader))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: warmup_cosine(s, total, max(1, int(cfg.warmup_frac * total))))
@@ -203,6 +220,7 @@ def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
              ) -> dict[str, float]:
     """Accuracy (classification) or MSE and MAE (regression) over a loader (``context``: see
     ``predict``)."""
+    _check_task(task)
     out, index = predict(model, loader, device=device, autocast_dtype=autocast_dtype,
                          context=context)
     ds = loader.dataset
