@@ -4,9 +4,9 @@ Every sampler here is a DataLoader ``batch_sampler``: it yields lists of dataset
 every index appears exactly once per epoch (unless ``drop_last``). Randomness comes from a
 ``torch.Generator`` (or ``seed``); each ``__iter__`` draws a new epoch, ``set_epoch(e)``
 reseeds with ``seed + e`` (as ``DistributedSampler`` does) so that every rank draws the same
-plan. ``num_replicas``/``rank`` shard an epoch's batches round-robin across processes
-(lesson 08): ranks together see every batch exactly once; without ``drop_last`` their batch
-counts may differ by one (use ``drop_last=True``, or DDP's ``join``, for equal step counts).
+plan. To shard an epoch across processes (lesson 08), wrap any of them in
+``distributed.ShardedBatchSampler``: one place decides which rank gets which batch, and it
+gives every rank the same number of steps (DDP waits forever for a rank with fewer).
 
 - ``UniformLengthBatchSampler``: sort by length, cut into batches ("uniform length batching",
   M. Benesty, *Divide Hugging Face Transformers training time by 2 or more*, 2020), without
@@ -68,14 +68,9 @@ class _PlannedBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(self, lengths: Sequence[int], *, drop_last: bool, shuffle: bool, seed: int,
-                 generator: torch.Generator | None, num_replicas: int, rank: int):
+                 generator: torch.Generator | None):
         self.lengths = _check_lengths(lengths)
-        if num_replicas < 1:
-            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}")
         self.drop_last, self.shuffle, self.seed = drop_last, shuffle, seed
-        self.num_replicas, self.rank = num_replicas, rank
         self.generator = generator or torch.Generator().manual_seed(seed)
         self._next: list[list[int]] | None = None
 
@@ -100,10 +95,6 @@ class _PlannedBatchSampler(Sampler[list[int]]):
         if self.shuffle:
             perm = torch.randperm(len(batches), generator=self.generator).tolist()
             batches = [batches[i] for i in perm]
-        if self.num_replicas > 1:
-            if self.drop_last:
-                batches = batches[:len(batches) - len(batches) % self.num_replicas]
-            batches = batches[self.rank::self.num_replicas]
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -123,10 +114,9 @@ class UniformLengthBatchSampler(_PlannedBatchSampler):
     """
 
     def __init__(self, lengths: Sequence[int], *, batch_size: int, shuffle: bool = True,
-                 drop_last: bool = False, seed: int = 0, generator: torch.Generator | None = None,
-                 num_replicas: int = 1, rank: int = 0):
+                 drop_last: bool = False, seed: int = 0, generator: torch.Generator | None = None):
         super().__init__(lengths, drop_last=drop_last, shuffle=shuffle, seed=seed,
-                         generator=generator, num_replicas=num_replicas, rank=rank)
+                         generator=generator)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
@@ -148,10 +138,9 @@ class BucketBatchSampler(_PlannedBatchSampler):
 
     def __init__(self, lengths: Sequence[int], *, batch_size: int, megabatch_size: int = 50,
                  drop_last: bool = False, shuffle: bool = True, seed: int = 0,
-                 generator: torch.Generator | None = None, num_replicas: int = 1,
-                 rank: int = 0):
+                 generator: torch.Generator | None = None):
         super().__init__(lengths, drop_last=drop_last, shuffle=shuffle, seed=seed,
-                         generator=generator, num_replicas=num_replicas, rank=rank)
+                         generator=generator)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if megabatch_size < 1:
@@ -187,10 +176,9 @@ class TokenBudgetBatchSampler(_PlannedBatchSampler):
     def __init__(self, lengths: Sequence[int], *, max_tokens: int,
                  max_batch_size: int | None = None, multiple_of: int | None = None,
                  megabatch_size: int = 1024, drop_last: bool = False, shuffle: bool = True,
-                 seed: int = 0, generator: torch.Generator | None = None,
-                 num_replicas: int = 1, rank: int = 0):
+                 seed: int = 0, generator: torch.Generator | None = None):
         super().__init__(lengths, drop_last=drop_last, shuffle=shuffle, seed=seed,
-                         generator=generator, num_replicas=num_replicas, rank=rank)
+                         generator=generator)
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if max_batch_size is not None and max_batch_size < 1:

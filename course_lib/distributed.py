@@ -82,16 +82,25 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.batch_sampler, self.num_replicas, self.rank = batch_sampler, num_replicas, rank
         self.drop_last = drop_last
 
+    def _per_rank(self, n: int) -> int:
+        return n // self.num_replicas if self.drop_last else -(-n // self.num_replicas)
+
     def __len__(self) -> int:
-        n, r = len(self.batch_sampler), self.num_replicas
-        return n // r if self.drop_last else -(-n // r)
+        return self._per_rank(len(self.batch_sampler))
 
     def __iter__(self) -> Iterator[list[int]]:
+        # The count comes from the plan being iterated: a sampler whose epochs differ in
+        # length (token budgets) would otherwise be cut by the next epoch's count.
         batches = list(self.batch_sampler)
-        total = len(self) * self.num_replicas
+        total = self._per_rank(len(batches)) * self.num_replicas
         if total > len(batches):
             batches += (batches * (total // max(1, len(batches)) + 1))[:total - len(batches)]
         return iter(batches[self.rank:total:self.num_replicas])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Passed on to the wrapped sampler, so every rank draws the same epoch's plan."""
+        if hasattr(self.batch_sampler, "set_epoch"):
+            self.batch_sampler.set_epoch(epoch)
 
 
 @dataclass(frozen=True)
@@ -216,8 +225,9 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     scaler = torch.amp.GradScaler("cuda") if mixed == torch.float16 else None
     losses, times, step, epoch = [], [], 0, 0
     while step < cfg.steps:
-        if hasattr(loader.sampler, "set_epoch"):
-            loader.sampler.set_epoch(epoch)   # a new shuffle per epoch, the same on all ranks
+        for sampler in (loader.sampler, loader.batch_sampler):
+            if hasattr(sampler, "set_epoch"):   # a new shuffle per epoch, the same on all ranks
+                sampler.set_epoch(epoch)
         batches = iter(loader)
         for _ in range(min(per_epoch, cfg.steps - step)):
             _sync(device)

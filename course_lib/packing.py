@@ -184,18 +184,17 @@ class PackedCollate:
 class PackingBatchSampler(_PlannedBatchSampler):
     """Batches of ``rows_per_batch`` packed rows: shuffle, best-fit pack each megabatch of
     ``megabatch_size`` sequences into rows of ``max_len``, group rows, shuffle the batches.
-    Every index appears exactly once per epoch; ``num_replicas``/``rank`` shard batches."""
+    Every index appears exactly once per epoch (shard it with ``ShardedBatchSampler``)."""
 
     def __init__(self, lengths: Sequence[int], *, max_len: int = 512, rows_per_batch: int = 4,
                  megabatch_size: int = 1024, shuffle: bool = True, seed: int = 0,
-                 generator: torch.Generator | None = None, num_replicas: int = 1,
-                 rank: int = 0):
+                 generator: torch.Generator | None = None):
         _check(lengths, max_len)
         for name, v in (("rows_per_batch", rows_per_batch), ("megabatch_size", megabatch_size)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
         super().__init__(lengths, drop_last=False, shuffle=shuffle, seed=seed,
-                         generator=generator, num_replicas=num_replicas, rank=rank)
+                         generator=generator)
         self.max_len, self.rows_per_batch, self.megabatch_size = max_len, rows_per_batch, megabatch_size
 
     def _plan(self) -> list[list[int]]:

@@ -158,24 +158,31 @@ def test_token_budget_respected_and_complete(lengths, max_tokens, max_bs, multip
 @settings(max_examples=30, deadline=None)
 @given(LENGTHS, st.integers(1, 9), st.integers(1, 4), st.sampled_from(["bucket", "uniform",
                                                                           "budget"]))
-def test_rank_aware_variants_partition_the_data(lengths, bs, replicas, kind):
-    def make(rank):
+def test_sharded_samplers_give_every_rank_the_same_steps(lengths, bs, replicas, kind):
+    """Each rank builds the sampler with the same seed and wraps it: equal batch counts on every
+    rank (unequal counts deadlock DDP), and together the ranks cover the epoch: exactly once
+    with drop_last (the remainder dropped), at least once without (the first batches repeat)."""
+    from course_lib.distributed import ShardedBatchSampler
+
+    def make():
         if kind == "bucket":
-            return BucketBatchSampler(lengths, batch_size=bs, megabatch_size=3, seed=5,
-                                      num_replicas=replicas, rank=rank)
+            return BucketBatchSampler(lengths, batch_size=bs, megabatch_size=3, seed=5)
         if kind == "uniform":
-            return UniformLengthBatchSampler(lengths, batch_size=bs, seed=5,
-                                             num_replicas=replicas, rank=rank)
-        return TokenBudgetBatchSampler(lengths, max_tokens=400, seed=5, num_replicas=replicas,
-                                       rank=rank)
-    samplers = [make(r) for r in range(replicas)]
-    for epoch in range(2):
-        for s in samplers:
-            s.set_epoch(epoch)
-        per_rank = [list(s) for s in samplers]
-        counts = [len(p) for p in per_rank]
-        assert max(counts) - min(counts) <= 1
-        _check_epoch([b for p in per_rank for b in p], len(lengths))
+            return UniformLengthBatchSampler(lengths, batch_size=bs, seed=5)
+        return TokenBudgetBatchSampler(lengths, max_tokens=400, seed=5)
+    for drop_last in (False, True):
+        for epoch in range(2):
+            bases = [make() for _ in range(replicas)]
+            for b in bases:
+                b.set_epoch(epoch)
+            shards = [list(ShardedBatchSampler(b, num_replicas=replicas, rank=r, drop_last=drop_last))
+                      for r, b in enumerate(bases)]
+            assert len({len(s) for s in shards}) == 1
+            flat = [i for s in shards for batch in s for i in batch]
+            if drop_last:
+                assert len(flat) == len(set(flat))
+            else:
+                assert set(flat) == set(range(len(lengths)))
 
 
 def test_bucket_sampler_keeps_training_random_no_sawtooth():
@@ -201,10 +208,6 @@ def test_new_samplers_bad_input():
         TokenBudgetBatchSampler([5, 50], max_tokens=40)
     with pytest.raises(ValueError, match="max_batch_size"):
         TokenBudgetBatchSampler([5], max_tokens=40, max_batch_size=0)
-    with pytest.raises(ValueError, match="rank"):
-        BucketBatchSampler([1, 2], batch_size=1, num_replicas=2, rank=2)
-    with pytest.raises(ValueError, match="num_replicas"):
-        BucketBatchSampler([1, 2], batch_size=1, num_replicas=0)
     with pytest.raises(ValueError, match="lengths"):
         lengths_to_mask([0, 2])
     with pytest.raises(ValueError, match="batches"):
