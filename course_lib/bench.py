@@ -41,7 +41,7 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """Interquartile range in seconds (0 with fewer than 4 samples... then max - min)."""
+        """Interquartile range in seconds; with fewer than 4 samples, max - min."""
         s = sorted(self.samples)
         if len(s) < 4:
             return s[-1] - s[0]

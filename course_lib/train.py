@@ -30,7 +30,8 @@ class TrainConfig:
     epochs: int = 6
     lr: float = 1e-3
     weight_decay: float = 0.01
-    warmup_frac: float = 0.05   # post-norm Transformers need a warm-up to train stably
+    warmup_frac: float = 0.05   # Adam's second moments start near zero: a short linear
+                                # warm-up keeps the first steps from being too large
     grad_clip: float = 1.0      # max gradient norm; 0 disables clipping
     task: str = "classification"  # or "regression" (MSE on the rating)
     seed: int = 0

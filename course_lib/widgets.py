@@ -10,8 +10,8 @@ for every intermediate value.
 
 With no widget front end (``COURSE_STATIC=1``, set by ``make report``), the default result is
 displayed as a plain cell output, so an executed notebook still carries every figure.
-Exceptions in the callback are shown in the output area *and* kept in ``errors`` (papermill
-cannot see them; the notebook tests scan the widget state for them).
+An exception in the callback becomes an error output of the output area: the learner sees the
+traceback. papermill cannot see it, so the notebook tests scan the saved widget state for it.
 """
 from __future__ import annotations
 

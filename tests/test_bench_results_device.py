@@ -9,10 +9,15 @@ from course_lib.device import amp_dtype, capabilities, pick_device, report_markd
 from course_lib.results import Recorder, load_results
 
 
-def test_time_fn_counts_repeats_and_warmup():
+def test_time_fn_counts_repeats_and_leaves_the_warmup_out():
     calls = []
-    t = bench.time_fn(lambda: calls.append(1), warmup=3, repeats=5)
-    assert len(calls) == 8 and len(t.samples) == 5 and t.median >= 0
+
+    def fn():   # the 3 warm-up calls are slow (a cold start), the 5 timed ones sleep 2 ms
+        calls.append(1)
+        time.sleep(0.05 if len(calls) <= 3 else 0.002)
+    t = bench.time_fn(fn, warmup=3, repeats=5)
+    assert len(calls) == 8 and len(t.samples) == 5
+    assert 0.002 <= t.median and max(t.samples) < 0.05      # no warm-up call was timed
 
 
 def test_compare_ranks_a_slow_function_slower():

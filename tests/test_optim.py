@@ -113,11 +113,27 @@ def test_memory_per_parameter_totals():
         memory_per_parameter("adam", precision="fp8")
 
 
+def adamw_by_hand(w, grads, *, lr, weight_decay, betas=(0.9, 0.999), eps=1e-8):
+    """AdamW written out (Loshchilov & Hutter, 2019, Algorithm 2, with bias correction): the
+    weight decays first, then moves by the corrected first moment over the root of the second."""
+    w, m, v = w.clone().double(), torch.zeros_like(w).double(), torch.zeros_like(w).double()
+    for t, g in enumerate(grads, start=1):
+        g = g.double()
+        w = w * (1 - lr * weight_decay)
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
+        w = w - lr * m_hat / (v_hat.sqrt() + eps)
+    return w.float()
+
+
 @pytest.mark.parametrize("impl", ["for_loop", "foreach", "fused"])
 def test_implementations_give_the_same_step(impl):
     torch.manual_seed(0)
     w, g = torch.randn(10), torch.randn(10)
-    ref = single_step_delta("adamw", w, [g, g * 0.5], lr=1e-2, weight_decay=0.1)
+    ref = adamw_by_hand(w, [g, g * 0.5], lr=1e-2, weight_decay=0.1) - w
+    torch.testing.assert_close(single_step_delta("adamw", w, [g, g * 0.5], lr=1e-2, weight_decay=0.1),
+                               ref, atol=1e-6, rtol=1e-5)
     p = nn.Parameter(w.clone())
     opt = make_optimizer("adamw", [p], lr=1e-2, weight_decay=0.1, implementation=impl)
     for gg in (g, g * 0.5):

@@ -36,9 +36,14 @@ def test_callback_autocast_and_regression(corpus):
               cfg=TrainConfig(epochs=1, task="regression"), autocast_dtype=torch.bfloat16,
               callback=lambda step, loss, m: seen.append(step), max_steps=4, progress=False)
     assert seen == [0, 1, 2, 3] and len(h.step_loss) == 4
-    m = evaluate(small(corpus, n_outputs=1), make_loader(corpus.val, batch_size=32,
-                                                         shuffle=False), task="regression")
-    assert m["mse"] >= 0 and m["mae"] >= 0
+    reg = small(corpus, n_outputs=1)
+    val = make_loader(corpus.val, batch_size=32, shuffle=False)
+    m = evaluate(reg, val, task="regression")
+    with torch.no_grad():   # by hand: every review once, its rating beside its prediction
+        err = torch.cat([reg.eval()(b["input_ids"], b["attention_mask"]) - b["ratings"] for b in val])
+    assert len(err) == len(corpus.val)
+    assert m["mse"] == pytest.approx(float((err ** 2).mean()), rel=1e-5)
+    assert m["mae"] == pytest.approx(float(err.abs().mean()), rel=1e-5)
 
 
 def test_evaluate_accuracy_equals_hand_count(corpus):
