@@ -54,7 +54,9 @@ def test_bucket_sampler_covers_every_index_once(lengths, bs, mega, drop_last):
     if not drop_last:
         assert sorted(flat) == list(range(len(lengths)))
     else:
-        assert len(flat) == (len(lengths) // bs) * bs or all(len(b) == bs for b in batches)
+        # Pools hold batch_size * megabatch_size sequences, so only the last pool has a
+        # partial batch: drop_last loses fewer than batch_size indices, all batches are full.
+        assert len(flat) == (len(lengths) // bs) * bs and all(len(b) == bs for b in batches)
 
 
 def test_bucket_sampler_reduces_padding_and_reshuffles():
