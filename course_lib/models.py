@@ -52,8 +52,9 @@ POSITION_KINDS = ("alibi", "rope", "none")
 class EncoderConfig:
     vocab_size: int
     d_model: int = 128      # width; must be divisible by n_heads. 128: the teacher trains in
-                            # about 3 minutes on a 2-core CPU; at 256 int8 and bf16 pay more
-                            # (lessons 04 and 07 sweep the width) but training takes ~3x longer
+                            # 3-10 minutes on a 2-core CPU (591 s for the shipped one); at 256
+                            # int8 and bf16 pay more (lessons 04 and 07 sweep the width), but
+                            # the projections do 4x the matmul work and every lesson slows
     n_heads: int = 4
     head_dim: int | None = None  # None: d_model // n_heads; set when heads are pruned (lesson
                                  # 05 keeps the width of each remaining head)
