@@ -8,6 +8,7 @@ unlabelled transfer split. Lessons 05 (pruning), 06 (distillation, as the teache
 
     python -m course_lib.checkpoints            # trains and writes course_lib/weights/
     python -m course_lib.checkpoints --check    # verifies the stored file's checksum
+    python -m course_lib.checkpoints --logits   # stores its logits over lesson 06's data
 
 The weights ship inside the package (``course_lib/weights/``, declared as package data), so a
 plain ``pip install`` of the course (Colab's set-up cell does exactly that) brings the same
@@ -108,11 +109,85 @@ def load_baseline(corpus: Corpus | None = None, *, directory: Path = DEFAULT_DIR
     return model.eval(), {**info, "source": "trained now"}
 
 
+def baseline_or_stand_in(corpus: Corpus, *, smoke: bool, directory: Path = DEFAULT_DIR,
+                         stand_in_steps: int = 6) -> tuple[EncoderClassifier, dict]:
+    """The stored baseline (eval mode, on the CPU). Without one: a full training run (minutes,
+    with a progress bar), or in smoke mode a teacher-shaped stand-in trained for
+    ``stand_in_steps`` steps, whose ``info["source"]`` says that its accuracies mean little."""
+    try:
+        model, info = load_baseline(corpus, directory=directory, train_if_missing=False)
+    except FileNotFoundError:
+        if not smoke:
+            model, info = load_baseline(corpus, directory=directory)
+        else:
+            model = build_model(len(corpus.vocab), preset=BaselineRecipe.preset, seed=0)
+            train(model, make_loader(corpus.train, batch_size=32, seed=0, max_length=64),
+                  cfg=TrainConfig(epochs=1), max_steps=stand_in_steps, progress=False)
+            info = {"source": f"a stand-in trained for {stand_in_steps} steps (no checkpoint "
+                              f"stored): its accuracies mean little"}
+    return model.cpu().eval(), info
+
+
+LOGITS_FILE = "baseline_distill_logits.pt"   # the teacher's logits over lesson 06's distillation set
+
+
+def teacher_logits_stored(teacher: EncoderClassifier, distill_set, *,
+                          directory: Path = DEFAULT_DIR, check_rows: int = 64, seed: int = 0,
+                          tolerance: float = 1e-3) -> tuple[torch.Tensor, dict]:
+    """The frozen teacher's logits over ``distill_set`` (``distill.teacher_logits``'s result),
+    read from the stored file when it has one row per item and ``check_rows`` random rows agree
+    with a live teacher call within ``tolerance``; computed now otherwise (about a minute on a
+    2-core CPU). Returns the logits and ``{"source", "checked_rows", "max_difference",
+    "seconds"}``: a lesson says which it used."""
+    import time
+
+    from .distill import teacher_logits
+    from .padding import pad_batch
+
+    if check_rows < 1:
+        raise ValueError(f"check_rows must be >= 1, got {check_rows}")
+    t0, path = time.perf_counter(), directory / LOGITS_FILE
+    teacher = teacher.eval()
+    if path.exists():
+        stored = torch.load(path, map_location="cpu", weights_only=True)
+        if stored.shape[0] == len(distill_set):
+            g = torch.Generator().manual_seed(seed)
+            rows = torch.randperm(len(distill_set), generator=g)[:check_rows].tolist()
+            ids, mask, _ = pad_batch([distill_set[i]["input_ids"] for i in rows])
+            device = next(teacher.parameters()).device
+            with torch.no_grad():
+                live = teacher(ids.to(device), mask.to(device)).float().cpu()
+            gap = float((stored[rows] - live).abs().max())
+            if gap <= tolerance:
+                return stored, {"source": "stored", "checked_rows": len(rows),
+                                "max_difference": gap, "seconds": time.perf_counter() - t0}
+    logits = teacher_logits(teacher, distill_set, device=next(teacher.parameters()).device)
+    return logits, {"source": "computed now", "checked_rows": 0, "max_difference": 0.0,
+                    "seconds": time.perf_counter() - t0}
+
+
+def save_teacher_logits(logits: torch.Tensor, directory: Path = DEFAULT_DIR) -> Path:
+    path = directory / LOGITS_FILE
+    torch.save(logits.detach().float().cpu().contiguous(), path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--check", action="store_true", help="verify the stored checksum only")
+    ap.add_argument("--logits", action="store_true",
+                    help="only (re)write the stored teacher's logits over lesson 06's "
+                         "distillation set")
     args = ap.parse_args(argv)
+    if args.logits:
+        from .distill import DistillSet, teacher_logits
+        corpus = load_corpus()
+        teacher, _ = load_baseline(corpus, directory=args.dir, train_if_missing=False)
+        path = save_teacher_logits(
+            teacher_logits(teacher, DistillSet(corpus.train, corpus.transfer)), args.dir)
+        print(f"wrote {path}")
+        return
     if args.check:
         info = verify("baseline", args.dir)
         raise SystemExit(0 if info else "baseline checkpoint missing or checksum mismatch")
@@ -120,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     model, info = train_baseline(load_corpus())
     path = save(model, info, directory=args.dir)
     print(f"wrote {path}: test accuracy {info['test_accuracy']:.4f}, "
-          f"{info['train_seconds']:.0f} s")
+          f"{info['train_seconds']:.0f} s (now run --logits: the stored logits are the old "
+          f"teacher's)")
 
 
 if __name__ == "__main__":

@@ -162,13 +162,13 @@ def distill(student: nn.Module, teacher: nn.Module | None, loader, *,
             cfg: TrainConfig = TrainConfig(), temperature: float = 2.0, alpha: float = 0.5,
             kind: str = "kl", cached_logits: torch.Tensor | None = None,
             device: torch.device | str = "cpu", val_loader=None, max_steps: int | None = None,
-            progress: bool = True) -> History:
+            progress: bool = True, autocast_dtype: torch.dtype | None | str = "auto") -> History:
     """Train ``student`` against the frozen ``teacher`` (eval mode, no gradients).
 
     ``kind``: "kl" (the Hinton loss above) or "mse" (logit regression, plus the hard loss
     weighted by 1 - alpha on labelled items). ``cached_logits`` (from ``teacher_logits`` over
     the loader's dataset) replaces the teacher's forward pass: row ``batch["index"]`` is used,
-    and ``teacher`` may then be None.
+    and ``teacher`` may then be None. ``autocast_dtype``: as in ``train.train``.
     """
     _check(temperature, alpha)
     if kind not in ("kl", "mse"):
@@ -203,7 +203,8 @@ def distill(student: nn.Module, teacher: nn.Module | None, loader, *,
         return loss
 
     return train(student, loader, cfg=cfg, device=device, val_loader=val_loader,
-                 loss_fn=loss_fn, max_steps=max_steps, progress=progress)
+                 loss_fn=loss_fn, max_steps=max_steps, progress=progress,
+                 autocast_dtype=autocast_dtype)
 
 
 @torch.no_grad()

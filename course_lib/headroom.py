@@ -8,7 +8,7 @@ teacher. This module measures that headroom, with the lessons' own recipes:
     python -m course_lib.headroom          # about four minutes on a 2-core CPU
 
 prints (1) the order-free bag of words (``course_lib.bow``), (2) the stored teacher, (3) the
-1-layer student from scratch and (4) distilled on lesson 06's budget (3 seeds), (5) 8-bit vs
+1-layer student from scratch and (4) distilled on lesson 06's reference-run budget (3 seeds), (5) 8-bit vs
 2-bit per-channel weights (lesson 07), (6) lesson 00's one-epoch training run, and the
 regression model's error against predicting the mean (lesson 04). ``accuracy_by_rule`` is the
 breakdown lesson 00 shows: accuracy on reviews that exercise each rule of the corpus.
@@ -71,10 +71,10 @@ class LessonRecipes:
     """The lessons' default knobs that the six figures depend on (kept equal to the notebooks'
     parameters cells by ``tests/test_headroom.py``)."""
 
-    distill_steps: int = 800          # lesson 06 STEPS
+    distill_steps: int = 800          # lesson 06's reference run (StudentRecipe.steps)
     distill_batch: int = 32           # lesson 06 BATCH
     distill_lr: float = 2e-3          # lesson 06 LR
-    distill_seeds: tuple[int, ...] = (0, 1, 2)   # lesson 06 SEEDS
+    distill_seeds: tuple[int, ...] = (0, 1, 2)   # the first three of the reference run's seeds
     temperature: float = 2.0          # lesson 06 TEMPERATURE
     alpha: float = 0.5                # lesson 06 ALPHA
     first_run_preset: str = "student"  # lesson 00 TRAIN_PRESET
@@ -87,24 +87,21 @@ class LessonRecipes:
 
 def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRecipes,
                  device: torch.device | str = "cpu") -> dict[str, list[float]]:
-    """Lesson 06's comparison: the student preset from scratch and distilled, per seed
-    (``student_runs.train_student``, the function the lesson calls)."""
+    """The 1-layer student from scratch and distilled, per seed, with the reference run's
+    recipe (``student_ladder.run_grid``, the function lesson 06 calls)."""
     from .distill import DistillSet, teacher_logits
-    from .student_runs import StudentRecipe, train_student
+    from .student_ladder import run_grid
+    from .student_runs import StudentRecipe
 
-    test = make_loader(corpus.test, batch_size=64, shuffle=False)
     dset = DistillSet(corpus.train, corpus.transfer)   # lesson 06: the transfer split unlabelled
     cached = teacher_logits(teacher, dset, device=device)
     recipe = StudentRecipe(steps=recipes.distill_steps, batch_size=recipes.distill_batch,
                            lr=recipes.distill_lr, temperature=recipes.temperature,
                            alpha=recipes.alpha)
-    acc = {"scratch": [], "distilled": []}
-    for seed in recipes.distill_seeds:
-        for arm in acc:
-            m = train_student(arm, corpus=corpus, distill_set=dset, cached_logits=cached,
-                              seed=seed, recipe=recipe, device=device)
-            acc[arm].append(evaluate(m, test, device=device)["accuracy"])
-    return acc
+    runs = run_grid(corpus, teacher, cached, grid={"small": ("scratch", "distilled")},
+                    seeds=recipes.distill_seeds, recipe=recipe, device=device, progress=False)
+    return {arm: [r["test_accuracy"] for r in runs if r["arm"] == arm]
+            for arm in ("scratch", "distilled")}
 
 
 def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float, float]:

@@ -8,6 +8,7 @@ import torch
 from course_lib.bow import BagOfWords, train_bag_of_words
 from course_lib.data import RULES, CorpusConfig, load_corpus
 from course_lib.headroom import LENGTH_BINS, LessonRecipes, accuracy_by_rule, rule_table
+from course_lib.student_runs import StudentRecipe
 
 
 def test_bag_of_words_is_the_mean_of_word_weights_and_ignores_order_and_padding():
@@ -81,8 +82,8 @@ def parameters(nb: str) -> dict:
 def test_headroom_recipes_are_the_lessons_defaults():
     r = LessonRecipes()
     p06, p00, p04 = parameters("06_distillation"), parameters("00_welcome"), parameters("04_mixed_precision")
-    assert (r.distill_steps, r.distill_batch, r.distill_lr) == (p06["STEPS"], p06["BATCH"], p06["LR"])
-    assert list(r.distill_seeds) == list(p06["SEEDS"])
+    assert (r.distill_steps, r.distill_batch, r.distill_lr) == (StudentRecipe().steps, p06["BATCH"], p06["LR"])
+    assert (StudentRecipe().lr, StudentRecipe().lr_from_teacher) == (p06["LR"], p06["LR_FROM_TEACHER"])
     assert (r.temperature, r.alpha) == (p06["TEMPERATURE"], p06["ALPHA"])
     assert (r.first_run_preset, r.first_run_epochs, r.first_run_lr) == (
         p00["TRAIN_PRESET"], p00["TRAIN_EPOCHS"], p00["TRAIN_LR"])

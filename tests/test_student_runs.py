@@ -1,10 +1,12 @@
-"""Lesson 06's student arms: the right data and targets per arm, deterministic per seed."""
+"""Lesson 06's students and arms: the right data and targets per arm, deterministic per seed."""
 import pytest
 import torch
 
 from course_lib.data import CorpusConfig, load_corpus
 from course_lib.distill import UNLABELLED, DistillSet
-from course_lib.student_runs import ARMS, StudentRecipe, hard_label_targets, train_student
+from course_lib.models import build_model
+from course_lib.student_runs import (ARMS, STUDENTS, TEACHER_LAYERS, StudentRecipe, build_student,
+                                     hard_label_targets, train_student)
 
 
 def test_hard_label_targets_keep_labels_and_fill_in_the_teachers_top_class():
@@ -22,25 +24,61 @@ def small():
     corpus = load_corpus(CorpusConfig(n_train=24, n_val=4, n_test=8, n_transfer=16, max_length=64))
     data = DistillSet(corpus.train, corpus.transfer)
     torch.manual_seed(0)
-    return corpus, data, torch.randn(len(data), 2)
+    teacher = build_model(len(corpus.vocab), preset="teacher", seed=3, d_model=32, n_heads=2,
+                          d_ff=64).eval()
+    return corpus, data, torch.randn(len(data), 2), teacher
 
 
 def params(m):
     return torch.cat([p.detach().flatten() for p in m.parameters()])
 
 
-def test_every_arm_trains_and_is_deterministic_per_seed(small):
-    corpus, data, cached = small
+def test_students_have_their_shapes_and_the_teacher_initialised_one_its_layers(small):
+    corpus, _, _, teacher = small
+    v = len(corpus.vocab)
+    s = build_student("small", vocab_size=v, teacher=None, seed=0)
+    assert (s.cfg.n_layers, s.cfg.d_model) == (1, 64)
+    h = build_student("half", vocab_size=v, teacher=teacher, seed=0)
+    assert (h.cfg.n_layers, h.cfg.d_model, h.cfg.d_ff) == (2, 32, 64)
+    t = build_student("half_from_teacher", vocab_size=v, teacher=teacher, seed=0)
+    for new, old in enumerate(TEACHER_LAYERS):
+        for (_, a), (_, b) in zip(t.blocks[new].state_dict().items(),
+                                  teacher.blocks[old].state_dict().items()):
+            assert torch.equal(a, b)
+    assert torch.equal(t.tok.weight, teacher.tok.weight) and torch.equal(t.head.weight, teacher.head.weight)
+    assert not torch.equal(h.blocks[0].ff.fc1.weight, teacher.blocks[0].ff.fc1.weight)
+    with pytest.raises(ValueError, match="student"):
+        build_student("tiny", vocab_size=v, teacher=teacher, seed=0)
+    with pytest.raises(ValueError, match="teacher"):
+        build_student("half", vocab_size=v, teacher=None, seed=0)
+
+
+def test_every_arm_trains_every_student_and_is_deterministic_per_seed(small):
+    corpus, data, cached, teacher = small
     recipe = StudentRecipe(steps=2, batch_size=8)
-    for arm in ARMS:
-        a = train_student(arm, corpus=corpus, distill_set=data, cached_logits=cached, seed=1, recipe=recipe)
-        b = train_student(arm, corpus=corpus, distill_set=data, cached_logits=cached, seed=1, recipe=recipe)
-        assert torch.equal(params(a), params(b)), arm
-        assert torch.isfinite(params(a)).all(), arm
+    for student in STUDENTS:
+        for arm in ARMS:
+            kw = dict(student=student, corpus=corpus, distill_set=data, cached_logits=cached, seed=1,
+                      recipe=recipe, teacher=teacher)
+            a, b = train_student(arm, **kw), train_student(arm, **kw)
+            assert torch.equal(params(a), params(b)), (student, arm)
+            assert torch.isfinite(params(a)).all(), (student, arm)
+            assert not a.training
+
+
+def test_hidden_arm_differs_from_kl_only_through_the_hidden_term(small):
+    corpus, data, cached, teacher = small
+    kw = dict(student="half", corpus=corpus, distill_set=data, cached_logits=cached, seed=2,
+              teacher=teacher)
+    off = train_student("hidden", recipe=StudentRecipe(steps=3, batch_size=8, hidden_weight=0.0), **kw)
+    kl = train_student("distilled", recipe=StudentRecipe(steps=3, batch_size=8), **kw)
+    on = train_student("hidden", recipe=StudentRecipe(steps=3, batch_size=8), **kw)
+    assert torch.allclose(params(off), params(kl), atol=1e-6)   # weight 0: the KL arm exactly
+    assert not torch.allclose(params(on), params(kl), atol=1e-4)
 
 
 def test_labelled_only_arm_never_reads_the_transfer_logits(small):
-    corpus, data, cached = small
+    corpus, data, cached, _ = small
     poisoned = cached.clone()
     poisoned[len(corpus.train):] = float("nan")     # the transfer split's teacher logits
     recipe = StudentRecipe(steps=3, batch_size=8)
@@ -52,10 +90,12 @@ def test_labelled_only_arm_never_reads_the_transfer_logits(small):
     assert not torch.isfinite(params(bad)).all()    # the full set does read them
 
 
-def test_bad_arm_and_steps_name_the_parameter(small):
-    corpus, data, cached = small
+def test_bad_arm_steps_and_missing_teacher_name_the_parameter(small):
+    corpus, data, cached, _ = small
+    kw = dict(corpus=corpus, distill_set=data, cached_logits=cached, seed=0)
     with pytest.raises(ValueError, match="arm"):
-        train_student("teacher", corpus=corpus, distill_set=data, cached_logits=cached, seed=0)
+        train_student("teacher", **kw)
     with pytest.raises(ValueError, match="steps"):
-        train_student("scratch", corpus=corpus, distill_set=data, cached_logits=cached, seed=0,
-                      recipe=StudentRecipe(steps=0))
+        train_student("scratch", recipe=StudentRecipe(steps=0), **kw)
+    with pytest.raises(ValueError, match="teacher"):
+        train_student("hidden", **kw)
