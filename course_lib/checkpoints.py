@@ -9,6 +9,7 @@ unlabelled transfer split. Lessons 05 (pruning), 06 (distillation, as the teache
     python -m course_lib.checkpoints            # trains and writes course_lib/weights/
     python -m course_lib.checkpoints --check    # verifies the stored file's checksum
     python -m course_lib.checkpoints --logits   # stores its logits over lesson 06's data
+    python -m course_lib.checkpoints --student  # stores lesson 06's best student (lesson 11)
 
 The weights ship inside the package (``course_lib/weights/``, declared as package data), so a
 plain ``pip install`` of the course (Colab's set-up cell does exactly that) brings the same
@@ -172,14 +173,78 @@ def save_teacher_logits(logits: torch.Tensor, directory: Path = DEFAULT_DIR) -> 
     return path
 
 
+def train_student_checkpoint(corpus: Corpus, teacher: EncoderClassifier, *, steps: int | None = None,
+                             progress: bool = True) -> tuple[EncoderClassifier, dict]:
+    """Lesson 06's best student: 2 layers initialised from the teacher's layers 0 and 2, distilled
+    with the reference recipe (``student_runs.StudentRecipe``, seed 0). Lesson 11's distillation
+    rung serves it. Returns the model and its manifest entries."""
+    from dataclasses import asdict, replace
+
+    from .distill import DistillSet
+    from .student_runs import StudentRecipe, train_student
+
+    recipe = StudentRecipe() if steps is None else replace(StudentRecipe(), steps=steps)
+    dset = DistillSet(corpus.train, corpus.transfer)
+    cached, _ = teacher_logits_stored(teacher, dset)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=1, desc=f"distilling the student ({recipe.steps} steps)", leave=False)
+    import time
+    t0 = time.perf_counter()
+    model = train_student("distilled", student="half_from_teacher", corpus=corpus, distill_set=dset,
+                          cached_logits=cached, seed=0, recipe=recipe, teacher=teacher)
+    seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.update(1)
+        bar.close()
+    acc = evaluate(model, make_loader(corpus.test, batch_size=64, shuffle=False))["accuracy"]
+    return model, {"config": model.cfg.to_dict(), "test_accuracy": acc, "recipe": asdict(recipe),
+                   "student": "half_from_teacher", "arm": "distilled", "seed": 0,
+                   "train_seconds": seconds, "parameters": count_parameters(model),
+                   "torch": torch.__version__}
+
+
+def stored_student(teacher: EncoderClassifier, *, directory: Path = DEFAULT_DIR
+                   ) -> tuple[EncoderClassifier, dict] | None:
+    """The stored student (``--student``), in eval mode on the CPU, if its checksum holds and
+    ``teacher`` is the stored baseline it was distilled from; else None."""
+    info, base = verify("student", directory), verify("baseline", directory)
+    if info is None or base is None or info.get("teacher_sha256") != base["sha256"] \
+            or not _same_weights(teacher, directory / "baseline.pt"):
+        return None
+    model = EncoderClassifier(EncoderConfig(**info["config"]))
+    model.load_state_dict(torch.load(directory / "student.pt", map_location="cpu",
+                                     weights_only=True))
+    return model.eval(), {**info, "source": "checkpoint"}
+
+
+def _same_weights(model: EncoderClassifier, path: Path) -> bool:
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    mine = model.state_dict()
+    return state.keys() == mine.keys() and all(torch.equal(state[k], mine[k].cpu()) for k in state)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--check", action="store_true", help="verify the stored checksum only")
+    ap.add_argument("--student", action="store_true",
+                    help="only (re)write lesson 11's distilled student (after the baseline)")
     ap.add_argument("--logits", action="store_true",
                     help="only (re)write the stored teacher's logits over lesson 06's "
                          "distillation set")
     args = ap.parse_args(argv)
+    if args.student:
+        torch.set_num_threads(min(2, torch.get_num_threads()))
+        corpus = load_corpus()
+        teacher, base = load_baseline(corpus, directory=args.dir, train_if_missing=False)
+        model, info = train_student_checkpoint(corpus, teacher)
+        path = save(model, {**info, "teacher_sha256": base["sha256"]}, name="student",
+                    directory=args.dir)
+        print(f"wrote {path}: test accuracy {info['test_accuracy']:.4f}, "
+              f"{info['train_seconds']:.0f} s")
+        return
     if args.logits:
         from .distill import DistillSet, teacher_logits
         corpus = load_corpus()
@@ -189,8 +254,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {path}")
         return
     if args.check:
-        info = verify("baseline", args.dir)
-        raise SystemExit(0 if info else "baseline checkpoint missing or checksum mismatch")
+        bad = [name for name in ("baseline", "student") if verify(name, args.dir) is None]
+        raise SystemExit(f"{', '.join(bad)} checkpoint missing or checksum mismatch" if bad else 0)
     torch.set_num_threads(min(2, torch.get_num_threads()))  # same threads -> same weights
     model, info = train_baseline(load_corpus())
     path = save(model, info, directory=args.dir)

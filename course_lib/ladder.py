@@ -1,15 +1,16 @@
 """The optimization ladder (lesson 11): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
-in ``amp.choose_precision``'s dtype, 04), ``distill`` (a 1-layer student, ``distill.distill``,
-06), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
+in ``amp.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
+teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
 (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
 math backend, 09). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
 (the course model's ``F.scaled_dot_product_attention`` call restricted to SDPA's math backend,
 which computes and stores the full score matrix).
 
 The ladder in four modules, one job each: this one (rungs: ``ladder`` adds one technique per
-rung, ``combinations`` gives every subset; ``Settings``; ``applied``, the run-time block),
+rung in ``ORDER``, ``combinations`` gives every subset, both without the techniques that are a
+no-op on the device, ``unavailable_here``; ``Settings``; ``applied``, the run-time block),
 ``model_zoo`` (the models the rungs serve, each built once), ``ladder_meters`` (what is measured,
 and ``measure``, which fills the table) and ``ladder_analysis`` (reading the table).
 """
@@ -67,21 +68,49 @@ class Rung:
         return tuple(t for t in TECHNIQUES if getattr(self, t))
 
 
-def ladder(order: Sequence[str] = TECHNIQUES) -> list[Rung]:
-    """The baseline, then one more technique per rung, in ``order`` (cumulative)."""
+# The ladder's order: the techniques that keep the teacher's function first (bucketing and SDPA
+# change rounding only, mixed precision and int8 rounding more, pruning a little and then
+# fine-tunes), the smaller student last, so that no rung's accuracy check is measured on a model
+# that another rung has already changed more.
+ORDER = ("bucketing", "sdpa", "amp", "int8", "prune", "distill")
+
+
+def ladder(order: Sequence[str] = ORDER, *, unavailable: Sequence[str] = ()) -> list[Rung]:
+    """The baseline, then one more technique per rung, in ``order`` (cumulative); the
+    techniques in ``unavailable`` (a no-op on this device: ``unavailable_here``) are left out."""
     order = tuple(order)
     if any(t not in TECHNIQUES for t in order) or len(set(order)) != len(order):
         raise ValueError(f"order must list distinct techniques from {TECHNIQUES}, got {order}")
+    _check_unavailable(unavailable)
     rungs = [Rung("baseline")]
     for t in order:
-        rungs.append(replace(rungs[-1], name=RUNG_NAMES[t], **{t: True}))
+        if t not in unavailable:
+            rungs.append(replace(rungs[-1], name=RUNG_NAMES[t], **{t: True}))
     return rungs
 
 
-def combinations() -> list[Rung]:
-    """Every subset of the techniques (64 rungs), named by what is on ("baseline": none)."""
+def combinations(*, unavailable: Sequence[str] = ()) -> list[Rung]:
+    """Every subset of the available techniques (64 with all six), named by what is on
+    ("baseline": none)."""
+    _check_unavailable(unavailable)
+    avail = [t for t in TECHNIQUES if t not in unavailable]
     return [Rung("_".join(on) or "baseline", **{t: True for t in on})
-            for n in range(len(TECHNIQUES) + 1) for on in itertools.combinations(TECHNIQUES, n)]
+            for n in range(len(avail) + 1) for on in itertools.combinations(avail, n)]
+
+
+def unavailable_here(device: torch.device | str) -> dict[str, str]:
+    """Techniques that would be a no-op on ``device``, with the reason: mixed precision where
+    ``amp.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
+    code twice would only measure noise."""
+    from .amp import choose_precision
+
+    prec = choose_precision(torch.device(device))
+    return {} if prec.dtype is not None else {"amp": f"mixed precision is FP32 here ({prec.reason})"}
+
+
+def _check_unavailable(unavailable: Sequence[str]) -> None:
+    if any(t not in TECHNIQUES for t in unavailable):
+        raise ValueError(f"unavailable must list techniques from {TECHNIQUES}, got {tuple(unavailable)}")
 
 
 @dataclass(frozen=True)
@@ -96,8 +125,9 @@ class Settings:
     warmup: int = 1
     repeats: int = 3                # latency repeats of the rungs (other points: one)
     test_repeats: int = 2           # test-set passes per rung
-    distill_steps: int = 400
-    distill_lr: float = 2e-3
+    distill_steps: int = 800        # lesson 06's recipe, when no stored student fits the teacher
+    distill_lr: float = 5e-4        # the teacher-initialised student's rate (student_runs)
+    train_student: bool = False     # True: distil here even if a stored student fits
     prune_amount: float = 0.5       # share of feed-forward neurons removed
     finetune_steps: int = 40
     finetune_lr: float = 5e-4

@@ -21,15 +21,16 @@ def record(rows: Sequence[dict], rec) -> None:
 
 def summary(rows: Sequence[dict], points: dict[tuple, dict], *,
             max_drop_points: float = 2.0) -> dict:
-    """The best inference rung (fastest test set within ``max_drop_points`` of the baseline's
-    accuracy) and the best training configuration among those that train the teacher (a
-    smaller model training faster is not a training technique), against the baseline."""
+    """The best inference configuration (fastest test set within ``max_drop_points`` of the
+    baseline's accuracy, among every point whose test set was timed: the rungs and the Pareto
+    front) and the best training configuration among those that train the teacher (a smaller
+    model training faster is not a training technique), against the baseline."""
     if max_drop_points < 0:
         raise ValueError(f"max_drop_points must be >= 0, got {max_drop_points}")
     base = rows[0]
-    drop = {r["name"]: 100 * (base["test_accuracy"] - r["test_accuracy"]) for r in rows}
-    inf = min((r for r in rows if drop[r["name"]] <= max_drop_points),
-              key=lambda r: r["test_set_s"])
+    drop = {p["name"]: 100 * (base["test_accuracy"] - p["test_accuracy"]) for p in points.values()}
+    inf = min((p for p in points.values() if p["test_set_s"] is not None
+               and drop[p["name"]] <= max_drop_points), key=lambda p: p["test_set_s"])
     trn = min((p for p in points.values() if p["train_epoch_s"] is not None
                and not {"distill", "prune"} & set(p["techniques"])),
               key=lambda p: p["train_epoch_s"])
@@ -112,15 +113,21 @@ def _fx(f: float | None) -> str:
     return "—" if f is None else f"{f:.2f}×"
 
 
-def usage_guide(points: dict[tuple, dict], labels: dict[str, str]) -> tuple[list[str], list[str]]:
+def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
+                unavailable: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The "what to use when" table (Markdown rows, one per technique) and the notes on which
-    techniques do not stack, both read from the measured points."""
+    techniques do not stack, both read from the measured points. A technique never measured
+    (``unavailable``: technique -> reason) gets a row saying so."""
     def get(e, which="median"):
         return None if e is None or e[which] is None else e[which]
-    rows, notes = [], []
+    rows, notes, unavailable = [], [], unavailable or {}
     for t in TECHNIQUES:
         e = {m: effect(points, t, metric=m) for m in
              ("train_epoch_s", "latency_b1_ms", "latency_b32_ms", "size_bytes", "test_accuracy")}
+        if e["latency_b32_ms"] is None:
+            why = unavailable.get(t, "no pair of points differing only in it was measured")
+            rows.append(f"| {labels[t]} | not measured here: {why} | | | | |")
+            continue
         tr, same_model = e["train_epoch_s"], t in ("bucketing", "amp", "sdpa")
         if same_model:
             train_text = (f"{_word(get(tr, 'alone'))} (alone {_fx(get(tr, 'alone'))}, "
@@ -150,3 +157,36 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str]) -> tuple[list
                 notes.append(f"**{labels[t]}** hurts {what} alone ({a:.2f}×) but helps on top of "
                              f"the others ({o:.2f}×).")
     return rows, notes
+
+
+def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rungs: int,
+                             where: str):
+    """The verdict on "optimizations keep accuracy": the model with every rung stacked against
+    the baseline, paired over the test reviews (both score the same reviews, so only those on
+    which they disagree carry noise)."""
+    from .claims import judge
+    from .verdicts import paired_accuracy_change
+
+    e = paired_accuracy_change(list(base_correct), list(top_correct))
+    return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,
+                 evidence=f"all {n_rungs} rungs stacked ({top_name}): {e.value:+.2f} ± {e.se:.2f} "
+                          f"points (SE) against the baseline, paired over {len(base_correct):,} "
+                          f"test reviews, {where}")
+
+
+def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
+    """The ladder as a Markdown table: what each rung adds, its accuracy, times (with the
+    speed-up over the baseline), size and peak memory."""
+    base = rows[0]
+    lines = ["| rung | adds | accuracy | train epoch | test set | batch 1 | batch 32 | size | peak memory |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for below, row in zip([None, *rows], rows):
+        adds = "" if below is None else ", ".join(
+            labels[t] for t in row["techniques"] if t not in below["techniques"])
+        lines.append(
+            f"| **{row['name']}** | {adds} | {row['test_accuracy']:.1%} | "
+            f"{row['train_epoch_s']:,.1f} s ({base['train_epoch_s'] / row['train_epoch_s']:.1f}×) | "
+            f"{row['test_set_s']:,.2f} s ({base['test_set_s'] / row['test_set_s']:.1f}×) | "
+            f"{row['latency_b1_ms']:,.2f} ms | {row['latency_b32_ms']:,.1f} ms | "
+            f"{row['size_bytes'] / 2**20:.2f} MiB | {row['peak_mib']:,.1f} MiB |")
+    return "\n".join(lines)

@@ -1,8 +1,10 @@
 """The models lesson 11's rungs serve, each built once: the teacher, the distilled student, their
 pruned versions, and the int8 version of each.
 
-Each build is its lesson's function: ``distill.distill`` reading the teacher's logits cached once
-by ``distill.teacher_logits`` (06), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
+Each build is its lesson's function: the student is lesson 06's best (2 layers initialised from
+the teacher's layers, distilled: ``checkpoints.stored_student`` when the stored one belongs to
+this teacher, else ``student_runs.train_student`` on the teacher's logits, read once by
+``checkpoints.teacher_logits_stored``), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
 ``quant.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on a GPU
 machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
 the model, so the zoo keys models by ``(distill, prune, int8)`` only.
@@ -17,10 +19,11 @@ from torch import nn
 
 from . import pruning, quant, structured
 from .batching import make_loader
-from .distill import DistillSet, distill, teacher_logits
+from .checkpoints import stored_student, teacher_logits_stored
+from .distill import DistillSet
 from .ladder import Rung, Settings
-from .models import EncoderClassifier, build_model
-from .train import TrainConfig
+from .models import EncoderClassifier
+from .student_runs import StudentRecipe, train_student
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -39,6 +42,7 @@ class ModelZoo:
         self.build_seconds: dict[str, float] = {}   # "distill", "distill_prune", ...: seconds
         self._models: dict[tuple[bool, bool, bool], nn.Module] = {}
         self._transfer: tuple[DistillSet, torch.Tensor] | None = None
+        self.student_source: str | None = None   # "checkpoint" or how it was distilled here
 
     @staticmethod
     def key(rung: Rung) -> tuple[bool, bool, bool]:
@@ -61,7 +65,7 @@ class ModelZoo:
         and the frozen teacher's logits for it, computed once."""
         if self._transfer is None:
             data = DistillSet(self.corpus.train, self.corpus.transfer)
-            self._transfer = data, teacher_logits(self.teacher, data, device=self.device)
+            self._transfer = data, teacher_logits_stored(self.teacher, data)[0]
         return self._transfer
 
     def _build(self, rung: Rung) -> nn.Module:
@@ -78,16 +82,21 @@ class ModelZoo:
             pruning.fine_tune(model, loader, steps=s.finetune_steps, lr=s.finetune_lr,
                               device=self.device, seed=self.seed, progress=self.progress)
         else:
-            data, cached = self.distill_set()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                model = build_model(self.teacher.cfg.vocab_size, preset="student",
-                                    max_len=self.teacher.cfg.max_len)
-            loader = make_loader(data, batch_size=s.train_batch, seed=self.seed)
-            cfg = TrainConfig(epochs=math.ceil(s.distill_steps / len(loader)), lr=s.distill_lr,
-                              seed=self.seed)
-            distill(model, None, loader, cfg=cfg, cached_logits=cached,
-                    max_steps=s.distill_steps, device=self.device, progress=self.progress)
+            model = self._student()
         self.build_seconds["_".join(t for t in ("distill", "prune", "int8")
                                     if getattr(rung, t))] = time.perf_counter() - t0
         return model.eval()
+
+    def _student(self) -> nn.Module:
+        stored = None if self.settings.train_student else stored_student(self.teacher)
+        if stored is not None:
+            self.student_source = "the stored student (`python -m course_lib.checkpoints --student`)"
+            return stored[0].to(self.device)
+        s = self.settings
+        data, cached = self.distill_set()
+        recipe = StudentRecipe(steps=s.distill_steps, batch_size=s.train_batch,
+                               lr_from_teacher=s.distill_lr)
+        self.student_source = f"distilled here ({s.distill_steps} steps)"
+        return train_student("distilled", student="half_from_teacher", corpus=self.corpus,
+                             distill_set=data, cached_logits=cached, seed=self.seed,
+                             recipe=recipe, teacher=self.teacher, device=self.device)

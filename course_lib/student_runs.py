@@ -37,7 +37,11 @@ from .train import TrainConfig, train
 
 STUDENTS = ("small", "half", "half_from_teacher")
 ARMS = ("scratch", "distilled", "hard_labels", "distilled_labelled_only", "mse", "hidden")
-TEACHER_LAYERS = (0, 2)   # half_from_teacher keeps these teacher blocks (every other one)
+
+
+def teacher_layers(n_layers: int) -> list[int]:
+    """The teacher blocks half_from_teacher keeps: every other one (0 and 2 of the 4)."""
+    return list(range(0, n_layers, 2))
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,9 @@ def build_student(student: str, *, vocab_size: int, teacher: EncoderClassifier |
     if student == "half":
         c = teacher.cfg
         return build_model(vocab_size, preset="teacher", seed=seed, d_model=c.d_model,
-                           n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers // 2)
-    return keep_layers(teacher, list(TEACHER_LAYERS)).train()
+                           n_heads=c.n_heads, d_ff=c.d_ff, n_layers=len(teacher_layers(c.n_layers)),
+                           max_len=c.max_len)
+    return keep_layers(teacher, teacher_layers(teacher.cfg.n_layers)).train()
 
 
 def hard_label_targets(labels: torch.Tensor, index: torch.Tensor,
