@@ -6,8 +6,11 @@ mantissa (fraction) bits. A normal number is ``(-1)^s * 1.f * 2^(e - bias)``; ex
 holds zero and the subnormals ``(-1)^s * 0.f * 2^(1 - bias)``. IEEE formats reserve the
 all-ones exponent for infinity and NaN. The FP8 formats follow the OCP 8-bit floating point
 specification (v1.0, 2023): E5M2 is IEEE-like; E4M3 "fn" (finite) has no infinity, only
-``S.1111.111`` is NaN, which buys one more binade (largest finite 448). Like torch, conversion
-to E4M3 saturates: a finite value beyond the range becomes +-448.
+``S.1111.111`` is NaN, which buys one more binade (largest finite 448). The OCP spec defines two
+conversion modes for values beyond the range: *saturating* (to +-448) and *non-saturating* (to
+NaN, E4M3 having no infinity). ``encode`` follows the saturating mode; torch versions differ
+(this module's tests saw torch 2.13 saturate, and torch 2.9.1 was reported to give NaN):
+``torch_e4m3_overflow`` says what the installed torch does.
 
 TF32 (NVIDIA's TensorFloat-32, Ampere white paper 2020) is not a storage format: tensor cores
 read FP32 inputs and round them to 10 mantissa bits. ``simulate_tf32`` reproduces that rounding
@@ -93,7 +96,8 @@ FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
     FloatFormat("fp16", 5, 10, 15, dtype=torch.float16),
     FloatFormat("bf16", 8, 7, 127, dtype=torch.bfloat16),
     FloatFormat("fp8_e4m3", 4, 3, 7, has_inf=False, dtype=torch.float8_e4m3fn,
-                note="OCP E4M3 'fn': no infinity, saturates at 448"),
+                note="OCP E4M3 'fn': no infinity; beyond 448 it saturates or gives NaN "
+                     "(torch_e4m3_overflow)"),
     FloatFormat("fp8_e5m2", 5, 2, 15, dtype=torch.float8_e5m2),
 )}
 
@@ -163,7 +167,7 @@ def encode(value: float | int | str, fmt: str | FloatFormat) -> int:
     if exp_field > f.max_exp_field or (exp_field == f.max_exp_field and man > f.max_man_at_top):
         if f.has_inf:
             return _pack(f, sign, f.exp_all_ones, 0)
-        return _pack(f, sign, f.max_exp_field, f.max_man_at_top)   # saturate, like torch
+        return _pack(f, sign, f.max_exp_field, f.max_man_at_top)   # OCP's saturating mode
     return _pack(f, sign, exp_field, man)
 
 
@@ -294,6 +298,17 @@ def torch_bits(value: float, fmt: str | FloatFormat) -> int:
     src = torch.float64 if f.bits == 64 else torch.float32
     b = int(torch.tensor([value], dtype=src).to(f.dtype).view(_int_dtype(f.bits)).item())
     return b % (1 << f.bits)
+
+
+def torch_e4m3_overflow() -> str:
+    """What the installed torch makes of a finite FP32 value beyond E4M3's range (1000.0):
+    "saturates" (+-448, OCP's saturating mode, like ``encode``) or "nan" (non-saturating)."""
+    out = float(torch.tensor([1000.0]).to(torch.float8_e4m3fn).float().item())
+    if out == 448.0:
+        return "saturates"
+    if math.isnan(out):
+        return "nan"
+    raise RuntimeError(f"torch cast 1000.0 to float8_e4m3fn as {out}: neither OCP mode")
 
 
 def simulate_tf32(x: torch.Tensor) -> torch.Tensor:
