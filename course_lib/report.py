@@ -138,14 +138,18 @@ def claims_html(results: dict[str, dict]) -> str:
     every registered claim that no lesson judged in this run."""
     found = {v["claim"]: (stem, v, data.get("hardware", {}))
              for stem, data in results.items() for v in data.get("verdicts", [])}
+    unjudged = {s["claim"]: s for data in results.values() for s in data.get("skipped", [])
+                if s.get("claim")}
     rows = []
     for cid, c in CLAIMS.items():
         stem, v, hw = found.get(cid, (c.lesson, None, {}))
-        verdict = v["outcome"] if v else "not run"
+        skip = unjudged.get(cid) if v is None else None
+        verdict = v["outcome"] if v else f"not judged here: needs {skip['needs']}" if skip else "not run"
         where = f"{hw.get('device', '?')} ({hw.get('device_name', '?')})" if v else "–"
+        evidence = v["evidence"] if v else skip["reason"] if skip else "–"
         rows.append(f"<tr><td>{html.escape(c.original)}<br><i>{html.escape(c.english)}</i></td>"
                     f"<td>{c.article}</td><td>{html.escape(stem)}</td>"
-                    f"<td>{html.escape(v['evidence']) if v else '–'}</td>"
+                    f"<td>{html.escape(evidence)}</td>"
                     f"<td class='{verdict.replace(' ', '_')}'><b>{verdict}</b></td>"
                     f"<td>{html.escape(where)}</td></tr>")
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
@@ -162,6 +166,7 @@ def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, st
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
              "td:nth-child(2){text-align:right}table.ladder td{text-align:right}"
              "table.ladder td:first-child{text-align:left}td.holds{color:#2a7d2a}"
+             "td[class^=not_judged]{color:#555}"
              "td.fails{color:#b22}td.inconclusive{color:#a60}</style></head><body>",
              "<h1>Efficient Transformers, Hands-On: measured on this machine</h1>",
              claims_html(results)]

@@ -72,14 +72,22 @@ class Recorder:
         self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
         self.verdicts.append(verdict.as_dict())
 
-    def skip(self, section: str, *, needs: str, reason: str) -> None:
-        """Note that ``section`` did not run here because it ``needs`` other hardware."""
+    def skip(self, section: str, *, needs: str, reason: str, claim: str | None = None) -> None:
+        """Note that ``section`` did not run here because it ``needs`` other hardware; with
+        ``claim`` (a ``course_lib.claims`` id), that claim is *not judged here* (a GPU claim is
+        not refuted by a CPU), and the report says so instead of "not run"."""
         if not _NAME.match(section):
             raise ValueError(f"section must be snake_case ([a-z][a-z0-9_]*), got {section!r}")
         if needs not in NEEDS:
             raise ValueError(f"needs must be one of {list(NEEDS)}, got {needs!r}")
+        entry = {"section": section, "needs": needs, "reason": reason}
+        if claim is not None:
+            from .claims import CLAIMS
+            if claim not in CLAIMS:
+                raise ValueError(f"claim must be one of {sorted(CLAIMS)}, got {claim!r}")
+            entry["claim"] = claim
         self.skipped = [s for s in self.skipped if s["section"] != section]
-        self.skipped.append({"section": section, "needs": needs, "reason": reason})
+        self.skipped.append(entry)
 
     def get(self, name: str) -> float:
         for r in self.results:

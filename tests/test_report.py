@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from course_lib.report import ladder_html, summary_html
 from course_lib.results import load_results
 
@@ -137,4 +139,21 @@ def test_report_opens_with_the_claims_table():
     row = claims[claims.index(CLAIMS["fixed_size_inputs"].original):]
     row = row[:row.index("</tr>")]
     assert "ran on 3 lengths" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
+    assert claims.count("<b>not run</b>") == len(CLAIMS) - 1
+
+
+def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
+    from course_lib.claims import CLAIMS
+    from course_lib.results import Recorder
+
+    rec = Recorder("04_mixed_precision", smoke=False)
+    rec.skip("fp16_training_speed", needs="cuda", claim="fp16_faster_training",
+             reason="FP16 ran at 0.07x FP32 on this CPU, which has no fast FP16 arithmetic")
+    with pytest.raises(ValueError, match="claim"):
+        rec.skip("x", needs="cuda", claim="no_such_claim", reason="")
+    page = summary_html({"04_mixed_precision": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
+    claims = page[page.index("Claims checked"):page.index("Hardware (this machine)")]
+    row = claims[claims.index(CLAIMS["fp16_faster_training"].original):]
+    row = row[:row.index("</tr>")]
+    assert "<b>not judged here: needs cuda</b>" in row and "0.07x FP32" in row
     assert claims.count("<b>not run</b>") == len(CLAIMS) - 1
