@@ -17,7 +17,7 @@ from torch import nn
 from .models import count_parameters
 from .optim import memory_per_parameter
 
-__all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent"]
+__all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width"]
 
 
 def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> int:
@@ -57,3 +57,41 @@ def growth_exponent(small: float, large: float, *, length_small: int, length_lar
     if not 0 < length_small < length_large:
         raise ValueError(f"need 0 < length_small < length_large, got {length_small}, {length_large}")
     return math.log(large / small) / math.log(length_large / length_small)
+
+
+def memory_by_width(vocab_size: int, widths, *, batch: int, length: int, n_layers: int = 4,
+                    heads: int = 4, optimizer: str = "adamw") -> list[dict]:
+    """Parameter state against stored activations (SDPA attention) for the teacher's shape at
+    other widths (``d_ff`` = 2 × width, ``heads`` fixed), training on ``batch`` × ``length``.
+
+    Exact without running the big models: with the heads fixed, every tensor a forward pass
+    saves is either proportional to batch × width or shared by the batch (ALiBi's bias), so the
+    saved bytes are ``(a + b·width)·batch + c``; they are counted at widths 64 and 128, batch 1
+    and 2, and the four counts fix a, b and c (``tests/test_activation_memory.py`` checks the
+    formula against a direct count). Parameters are counted on the meta device."""
+    from .models import build_model
+
+    if batch < 1 or length < 1 or not widths or min(widths) < 1:
+        raise ValueError(f"batch, length and widths must be >= 1, got {batch}, {length}, {widths}")
+    counts = {}
+    for w in (64, 128):
+        m = build_model(vocab_size, preset="teacher", seed=0, d_model=w, d_ff=2 * w,
+                        n_heads=heads, n_layers=n_layers, max_len=max(512, length))
+        for b in (1, 2):
+            ids = torch.randint(2, vocab_size, (b, length), generator=torch.Generator().manual_seed(0))
+            counts[w, b] = saved_activation_bytes(m, ids, torch.ones_like(ids, dtype=torch.bool))
+    per_batch = {w: counts[w, 2] - counts[w, 1] for w in (64, 128)}    # a + b·width
+    shared = counts[64, 1] - per_batch[64]                               # c
+    slope = (per_batch[128] - per_batch[64]) / 64
+    rows = []
+    for w in widths:
+        if w % heads or (w // heads) % 2:
+            raise ValueError(f"widths must be multiples of {2 * heads} ({heads} heads of even size), got {w}")
+        with torch.device("meta"):
+            params = count_parameters(build_model(vocab_size, preset="teacher", d_model=w,
+                                                  d_ff=2 * w, n_heads=heads, n_layers=n_layers))
+        acts = (per_batch[64] + slope * (w - 64)) * batch + shared
+        state = params * memory_per_parameter(optimizer, precision="fp32")["total"]
+        rows.append({"width": w, "parameters": params, "parameter_state_bytes": state,
+                     "activation_bytes": int(acts), "ratio": state / acts})
+    return rows

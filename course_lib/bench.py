@@ -48,8 +48,15 @@ class Timing:
         q = statistics.quantiles(s, n=4)
         return q[2] - q[0]
 
+    @property
+    def noisy(self) -> bool:
+        """The spread exceeds the median: the repeats disagree more than they measure."""
+        return self.spread > self.median
+
     def __str__(self) -> str:
-        return f"{self.median * 1e3:.2f} ms (IQR {self.spread * 1e3:.2f} ms, n={len(self.samples)})"
+        text = f"{self.median * 1e3:.2f} ms (IQR {self.spread * 1e3:.2f} ms, n={len(self.samples)})"
+        return text + (" [noisy: the spread exceeds the median; was the machine busy? rerun it]"
+                       if self.noisy else "")
 
 
 def _check(warmup: int, repeats: int) -> None:

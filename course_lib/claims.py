@@ -63,8 +63,10 @@ _CLAIMS = [
           "激活和中間狀態存儲……增加了額外的內存負擔。",
           "Memory grows markedly with input length: attention and the stored activations.",
           "00_welcome",
-          Rule("the growth exponent k of stored activations (memory ∝ length^k) from 64 to 512 "
-               "tokens; 1 = in proportion to length, 2 = quadratic", ">=", 0.9)),
+          Rule("the growth exponent k of the activations the teacher stores with attention as "
+               "written (softmax(QKᵀ/√d)V, the score matrices kept), memory ∝ length^k between the "
+               "lesson's two lengths; 1 = in proportion to length, 2 = quadratic: it holds when "
+               "attention makes the growth closer to quadratic than to linear", ">=", 1.5)),
     Claim("fixed_size_inputs", "000",
           "許多機器學習模型（尤其是基于Transformer的模型）需要輸入數據具有固定的尺寸",
           "Transformers need inputs of one fixed size.",

@@ -46,3 +46,19 @@ def test_growth_exponent_hand_values_and_errors():
     with pytest.raises(ValueError, match="length_small < length_large"):
         growth_exponent(1.0, 2.0, length_small=4, length_large=4)
     assert math.isfinite(growth_exponent(1.0, 1.0, length_small=1, length_large=2))
+
+
+def test_memory_by_width_matches_a_direct_count_and_finds_the_crossover():
+    from course_lib.activation_memory import memory_by_width
+
+    rows = memory_by_width(50, [64, 256, 2048], batch=8, length=128)
+    m = build_model(50, preset="teacher", seed=0, d_model=256, d_ff=512, n_heads=4, n_layers=4)
+    ids = torch.randint(2, 50, (8, 128))
+    direct = saved_activation_bytes(m, ids, torch.ones_like(ids, dtype=torch.bool))
+    assert rows[1]["activation_bytes"] == direct                       # the formula is exact
+    assert rows[1]["parameters"] == count_parameters(m)
+    assert rows[1]["parameter_state_bytes"] == parameter_state_bytes(m)
+    ratios = [r["ratio"] for r in rows]
+    assert ratios == sorted(ratios) and ratios[0] < 1 < ratios[-1]   # parameters grow as width²
+    with pytest.raises(ValueError, match="widths"):
+        memory_by_width(50, [100], batch=1, length=8)

@@ -85,3 +85,11 @@ def test_device_choice_and_report():
     assert caps.threads == torch.get_num_threads()
     assert "| torch |" in report_markdown("cpu")
     assert amp_dtype("cpu") in (torch.bfloat16, None)
+
+
+def test_timing_flags_a_spread_larger_than_its_median():
+    from course_lib.bench import Timing
+    calm = Timing((0.010, 0.011, 0.010, 0.012, 0.011))
+    busy = Timing((0.010, 0.011, 0.050, 0.090, 0.012))
+    assert not calm.noisy and "noisy" not in str(calm)
+    assert busy.spread > busy.median and busy.noisy and "noisy" in str(busy)
