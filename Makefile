@@ -35,13 +35,14 @@ lab: $(STAMP)
 	@echo "(use the full URL with ?token=... that Jupyter prints below; Ctrl-C stops it)"
 	$(BIN)/jupyter lab notebooks/ --port=$(PORT) $(ALLOW_ROOT)
 
+# Each check runs once: the Colab cells, the checkpoints' checksums and "no outputs" are unit
+# tests (tests/test_project.py, tests/test_notebooks.py); nbstripout --verify also checks the
+# metadata it strips. Each lesson runs twice, in different ways: papermill (smoke mode, results
+# checked) and JupyterLab in a browser (widgets), side by side (-j2).
 test: $(STAMP)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	$(BIN)/python -m course_lib.colab --check
-	$(BIN)/python -m course_lib.checkpoints --check
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-notebooks test-nbval
-	$(MAKE) --no-print-directory test-browser
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-notebooks test-browser
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
@@ -56,13 +57,11 @@ test-gpu: $(STAMP)
 		echo "make test-gpu: no CUDA device here (torch.cuda.is_available() is False); nothing to run."; \
 	fi
 
-# The papermill run and nbval both execute every lesson in smoke mode. They run side by side
-# (make test passes -j2), one torch thread each: much of a smoke run is kernel start-up and
-# imports, so two at once finish in about 60% of the time of one after the other.
-# nbval: a lost kernel reply (nbclient issue 312) makes nbval wait out the cell timeout, then the
-# cell passes and the notebook's later cells run as non-strict xfail; 120 s bounds that cost
-# (no smoke-mode cell takes more than a few seconds). The papermill run retries instead
-# (course_lib.notebook_runner).
+# The papermill run executes every lesson in smoke mode, one torch thread (much of a smoke run is
+# kernel start-up and imports). nbval (not part of make test: it repeats papermill's execution)
+# is kept for a quick look: a lost kernel reply (nbclient issue 312) makes nbval wait out the cell
+# timeout, then the cell passes and the notebook's later cells run as non-strict xfail; 120 s
+# bounds that cost. The papermill run retries instead (course_lib.notebook_runner).
 test-notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m notebooks
 

@@ -54,6 +54,16 @@ def test_stored_baseline_loads_and_verifies():
     assert sum(p.numel() for p in model.parameters()) == info["parameters"]
 
 
+def test_stored_student_belongs_to_the_stored_baseline():
+    info = checkpoints.verify("student")
+    assert info is not None, "course_lib/weights/student.* missing or checksum mismatch"
+    assert info["teacher_sha256"] == checkpoints.verify()["sha256"]
+    teacher, _ = checkpoints.load_baseline(train_if_missing=False)
+    student, meta = checkpoints.stored_student(teacher)
+    assert meta["source"] == "checkpoint" and student.cfg.n_layers == teacher.cfg.n_layers // 2
+    assert sum(p.numel() for p in student.parameters()) == info["parameters"]
+
+
 def test_corrupted_checkpoint_is_detected(tmp_path):
     src = checkpoints.DEFAULT_DIR
     for suffix in (".pt", ".json"):
