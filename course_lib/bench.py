@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -117,6 +117,32 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: i
     timings = {k: Timing(tuple(v)) for k, v in samples.items()}
     base = timings[baseline].median
     return {k: {"timing": t, "speedup": base / t.median} for k, t in timings.items()}
+
+
+def compare_over(inputs: Sequence, make: Callable[[object], dict[str, Callable[[], object]]], *,
+                 warmup: int = 1, repeats: int = 3, device: torch.device | str | None = None
+                 ) -> dict[str, dict]:
+    """``compare`` on each of several inputs (batches drawn at random, say): one speed-up per
+    input and alternative (ratio of medians, interleaved within the input), then their mean with
+    its standard error over the inputs (``n - 1`` degrees of freedom: the inputs are the samples).
+
+    ``make(x)`` returns the alternatives for input ``x``, the baseline first. Returns
+    ``{name: {"speedups": [...], "speedup": Estimate, "median_s": [...]}}``.
+    """
+    from .verdicts import mean_and_se
+    if not inputs:
+        raise ValueError("inputs must hold at least one input")
+    out: dict[str, dict] = {}
+    for x in inputs:
+        for name, r in compare(make(x), warmup=warmup, repeats=repeats, device=device).items():
+            d = out.setdefault(name, {"speedups": [], "median_s": []})
+            d["speedups"].append(r["speedup"])
+            d["median_s"].append(r["timing"].median)
+    if any(len(d["speedups"]) != len(inputs) for d in out.values()):
+        raise ValueError("make(x) must return the same alternatives for every input")
+    for d in out.values():
+        d["speedup"] = mean_and_se(d["speedups"])
+    return out
 
 
 def tokens_per_second(n_tokens: int, seconds: float) -> float:

@@ -29,9 +29,10 @@ from .device import capabilities
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # The units of notebooks/README.md: a signed accuracy difference is in "points" (percentage
-# points, may be negative), a signal-to-noise ratio in "dB".
+# points, may be negative), a signal-to-noise ratio in "dB", a difference of model outputs
+# (logits, dimensionless) in "logit".
 UNITS = frozenset({"fraction", "s", "ms", "x", "bytes", "MiB", "count", "tokens/s", "params",
-                   "GFLOP/s", "GiB/s", "points", "dB"})
+                   "GFLOP/s", "GiB/s", "points", "dB", "logit"})
 TIMING_UNITS = frozenset({"s", "ms"})
 # What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, or >= 2 GPUs.
 NEEDS = ("cuda", "sm80", "multi_gpu")

@@ -13,7 +13,8 @@ import torch
 
 from .bench import synchronize
 from .batching import make_loader
-from .verdicts import Estimate, mean_and_se, paired_accuracy_change, paired_ratio, t_quantile
+from .verdicts import (Estimate, difference_call, mean_and_se, paired_accuracy_change, paired_ratio,
+                       t_quantile)
 
 NAMES = {"small": "1 layer, width 64", "half": "2 layers, teacher's width",
          "half_from_teacher": "2 layers, from the teacher's layers 0 and 2"}
@@ -123,11 +124,10 @@ def effect_lines(runs: list[dict], *, confidence: float = 0.95) -> list[tuple[st
 
 
 def call(e: Estimate, *, confidence: float = 0.95) -> str:
-    """"a gain" or "a loss" when the interval of a difference excludes 0, else "within the
+    """``verdicts.difference_call`` in the words of seeds: "a gain", "a loss" or "within the
     seed noise" (always, for one seed: its standard error is infinite)."""
-    half = t_quantile(0.5 + confidence / 2, e.dof) * e.se
-    return ("within the seed noise" if not abs(e.value) > half
-            else "a gain" if e.value > 0 else "a loss")
+    c = difference_call(e, confidence=confidence)
+    return "within the seed noise" if c == "within the noise" else c
 
 
 def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, list[float]],

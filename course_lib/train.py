@@ -215,6 +215,23 @@ def _predict(model, loader, device, autocast_dtype, context, outs, idx):
     return torch.cat(outs)[order], index[order]
 
 
+@torch.no_grad()
+def correct(model: nn.Module, loader, *, device: torch.device | str = "cpu",
+            use_mask: bool = True) -> torch.Tensor:
+    """Whether ``model`` classifies each item of ``loader``'s dataset right, in dataset order
+    (by the items' ``"index"``). ``use_mask=False`` passes an all-True mask: padding is attended
+    like any token, as with a padding function that returns no mask (lesson 01)."""
+    device = torch.device(device)
+    model.eval().to(device)
+    hits, idx = [], []
+    for batch in loader:
+        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+        out = model(ids, mask if use_mask else torch.ones_like(mask))
+        hits.append(out.argmax(-1).cpu() == batch["labels"])
+        idx.append(batch["index"].cpu())
+    return torch.cat(hits)[torch.argsort(torch.cat(idx))]
+
+
 def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
              task: str = "classification", autocast_dtype: torch.dtype | None = None,
              context: Callable[[], contextlib.AbstractContextManager] | None = None

@@ -146,3 +146,10 @@ def paired_accuracy_change(correct_before, correct_after) -> Estimate:
     mean = sum(d) / n
     var = sum((v - mean) ** 2 for v in d) / max(1, n - 1)
     return Estimate(100 * mean, 100 * math.sqrt(var / n), float(max(1, n - 1)))
+
+
+def difference_call(e: Estimate, *, confidence: float = 0.95) -> str:
+    """A measured difference in words: "a gain" or "a loss" when its interval (Student's t for
+    its degrees of freedom) excludes 0, else "within the noise"."""
+    half = t_quantile(0.5 + confidence / 2, e.dof) * e.se
+    return "within the noise" if not abs(e.value) > half else "a gain" if e.value > 0 else "a loss"

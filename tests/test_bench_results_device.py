@@ -27,6 +27,23 @@ def test_compare_ranks_a_slow_function_slower():
     assert r["slow"]["speedup"] < 0.5
 
 
+def test_compare_over_gives_one_speedup_per_input_and_their_mean():
+    from course_lib.verdicts import mean_and_se
+    calls = []
+
+    def make(x):       # the baseline sleeps x ms, the other half of it: speed-up about 2 per input
+        return {"base": lambda: (calls.append(x), time.sleep(x / 1e3)),
+                "half": lambda: time.sleep(x / 2e3)}
+    r = bench.compare_over([4, 8, 6], make, warmup=1, repeats=2)
+    assert calls == [4] * 3 + [8] * 3 + [6] * 3               # each input: warm-up, then its repeats
+    assert r["base"]["speedups"] == [1.0, 1.0, 1.0] and len(r["half"]["median_s"]) == 3
+    assert r["half"]["speedup"] == mean_and_se(r["half"]["speedups"]) and r["half"]["speedup"].dof == 2
+    with pytest.raises(ValueError, match="inputs"):
+        bench.compare_over([], make)
+    with pytest.raises(ValueError, match="same alternatives"):
+        bench.compare_over([1, 2], lambda x: {"a": lambda: None, **({"b": lambda: None} if x == 1 else {})})
+
+
 def test_bench_bad_arguments():
     with pytest.raises(ValueError, match="repeats"):
         bench.time_fn(lambda: None, repeats=0)

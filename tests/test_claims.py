@@ -110,3 +110,11 @@ def test_few_seeds_earn_a_wide_interval_where_2_se_would_have_called_it():
     assert rule.judge(est.value, est.se, dof=1e6) == "holds"   # the same numbers from a big sample
     with pytest.raises(ValueError, match="dof"):
         rule.judge(1.0, 0.1, dof=0)
+
+
+def test_difference_call_reaches_gain_loss_and_noise():
+    from course_lib.verdicts import Estimate, difference_call
+    assert difference_call(Estimate(3.0, 1.0, 1e9)) == "a gain"
+    assert difference_call(Estimate(-3.0, 1.0, 1e9)) == "a loss"
+    assert difference_call(Estimate(3.0, 1.0, 2.0)) == "within the noise"    # t(0.975, 2) = 4.30
+    assert difference_call(Estimate(3.0, float("inf"), 1.0)) == "within the noise"

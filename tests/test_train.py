@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from course_lib.batching import make_loader
-from course_lib.data import load_corpus
+from course_lib.data import CorpusConfig, load_corpus
 from course_lib.models import build_model
-from course_lib.train import TrainConfig, evaluate, train, warmup_cosine
+from course_lib.train import TrainConfig, evaluate, predict, train, warmup_cosine
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +123,22 @@ def test_predict_enters_the_context_around_every_forward_pass():
     assert not torch.equal(plain, under) and torch.allclose(plain, under, atol=0.05)  # bf16 ran
     assert evaluate(model, loader, context=ctx)["accuracy"] == pytest.approx(
         float((under.argmax(-1) == torch.tensor([corpus.test[int(i)]["label"] for i in i2])).float().mean()))
+
+
+def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():
+    from course_lib.train import correct
+    corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=24, n_transfer=4, max_length=48))
+    model = build_model(len(corpus.vocab), preset="student", seed=0)
+    loader = make_loader(corpus.test, batch_size=5, seed=3)           # shuffled, bucketed
+    got = correct(model, loader)
+    logits, _ = predict(model, make_loader(corpus.test, batch_size=24, shuffle=False))
+    labels = torch.tensor([r.label for r in corpus.test.reviews])
+    assert torch.equal(got, logits.argmax(-1) == labels)
+    # without the mask the padded rows see their padding: the outputs differ from the masked ones
+    fixed = make_loader(corpus.test, batch_size=24, bucketed=False, shuffle=False, max_length=48)
+    with torch.no_grad():
+        b = next(iter(fixed))
+        masked = model(b["input_ids"], b["attention_mask"])
+        unmasked = model(b["input_ids"], torch.ones_like(b["attention_mask"]))
+    assert not torch.allclose(masked, unmasked)
+    assert torch.equal(correct(model, fixed, use_mask=False), unmasked.argmax(-1) == b["labels"])
