@@ -191,7 +191,16 @@ def quantize_dynamic_int8(model: nn.Module, *, per_channel: bool = False) -> nn.
                 else {nn.Linear})
         q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(), spec,
                                                    dtype=torch.qint8)
+    for m in q.modules():
+        if isinstance(m, torch.ao.nn.quantized.dynamic.Linear):
+            m.register_forward_pre_hook(_float32_inputs)
     return q
+
+
+def _float32_inputs(module, args):
+    """The dynamic int8 kernels take FP32 activations: under BF16 autocast (mixed precision with
+    int8, lesson 11) the layer before hands them BF16, so they are cast back on the way in."""
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 
 def torchao_available() -> bool:

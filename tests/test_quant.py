@@ -131,6 +131,17 @@ def test_dynamic_int8_agrees_with_fp32_and_warns_nothing(trained):
     assert quant.agreement(ref, got) >= 0.98
 
 
+def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
+    # Mixed precision + int8 (lesson 11): without the cast back to FP32 the int8 kernel raises
+    # "expected scalar type Float but found BFloat16" on a CPU with BF16 autocast.
+    model, loader = trained
+    q = quant.quantize_dynamic_int8(model)
+    plain, _ = predict(q, loader)
+    mixed, _ = predict(q, loader, autocast_dtype=torch.bfloat16)
+    assert not torch.equal(plain, mixed)          # the rest of the model did run in BF16
+    assert quant.agreement(plain, mixed) >= 0.95
+
+
 def test_every_matrix_of_the_course_model_is_quantized(trained):
     model, _ = trained
     q = quant.quantize_dynamic_int8(model)
