@@ -91,11 +91,14 @@ def time_naive(fn: Callable[[], object]) -> float:
 
 def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: int = 7,
             device: torch.device | str | None = None,
-            baseline: str | None = None) -> dict[str, dict]:
-    """Time several alternatives interleaved (A B C A B C ...) in one run.
+            baseline: str | None = None, rotate: bool = False) -> dict[str, dict]:
+    """Time several alternatives interleaved (A B C A B C ...) in one run; ``rotate=True``
+    starts each repeat one alternative later (A B C, B C A, C A B ...), so that none always runs
+    right after the same neighbour (a cache it warmed, a clock it raised).
 
     Returns ``{name: {"timing": Timing, "speedup": baseline_median / median}}``; the baseline
-    is the first entry unless named.
+    is the first entry unless named. ``timing.samples[i]`` of every alternative come from
+    repeat i: paired samples (``verdicts.paired_ratio``).
     """
     if not fns:
         raise ValueError("fns must hold at least one function")
@@ -107,8 +110,10 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: i
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    items = list(fns.items())
+    for i in range(repeats):
+        shift = i % len(items) if rotate else 0
+        for name, fn in items[shift:] + items[:shift]:
             synchronize(device)
             t0 = time.perf_counter()
             fn()
@@ -120,8 +125,8 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: i
 
 
 def compare_over(inputs: Sequence, make: Callable[[object], dict[str, Callable[[], object]]], *,
-                 warmup: int = 1, repeats: int = 3, device: torch.device | str | None = None
-                 ) -> dict[str, dict]:
+                 warmup: int = 1, repeats: int = 3, device: torch.device | str | None = None,
+                 rotate: bool = True) -> dict[str, dict]:
     """``compare`` on each of several inputs (batches drawn at random, say): one speed-up per
     input and alternative (ratio of medians, interleaved within the input), then their mean with
     its standard error over the inputs (``n - 1`` degrees of freedom: the inputs are the samples).
@@ -134,7 +139,8 @@ def compare_over(inputs: Sequence, make: Callable[[object], dict[str, Callable[[
         raise ValueError("inputs must hold at least one input")
     out: dict[str, dict] = {}
     for x in inputs:
-        for name, r in compare(make(x), warmup=warmup, repeats=repeats, device=device).items():
+        for name, r in compare(make(x), warmup=warmup, repeats=repeats, device=device,
+                               rotate=rotate).items():
             d = out.setdefault(name, {"speedups": [], "median_s": []})
             d["speedups"].append(r["speedup"])
             d["median_s"].append(r["timing"].median)

@@ -119,12 +119,12 @@ class Settings:
     fixed_length: int = 512         # the baseline's padding
     train_batch: int = 32           # training batch size (the baseline's recipe)
     eval_batch: int = 64            # test-set batch size
-    fixed_train_batches: int = 2    # timed steps at fixed padding (every batch costs the same)
+    fixed_train_batches: int = 5    # timed steps at fixed padding (every batch costs the same)
     bucket_train_batches: int = 8   # timed bucketed steps, spread over the epoch's batch widths
     fixed_test_reviews: int = 128   # test reviews timed at fixed padding, scaled to the test set
     warmup: int = 1
     repeats: int = 3                # latency repeats of the rungs (other points: one)
-    test_repeats: int = 2           # test-set passes per rung
+    test_repeats: int = 3           # test-set passes per rung (paired ratios need >= 2)
     distill_steps: int = 800        # lesson 06's recipe, when no stored student fits the teacher
     distill_lr: float = 5e-4        # the teacher-initialised student's rate (student_runs)
     train_student: bool = False     # True: distil here even if a stored student fits

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 
 from .ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
+from .ladder_speedups import fmt, multiply_call, product, ratio, speedup
 
 
 def record(rows: Sequence[dict], rec) -> None:
@@ -24,7 +25,8 @@ def summary(rows: Sequence[dict], points: dict[tuple, dict], *,
     """The best inference configuration (fastest test set within ``max_drop_points`` of the
     baseline's accuracy, among every point whose test set was timed: the rungs and the Pareto
     front) and the best training configuration among those that train the teacher (a smaller
-    model training faster is not a training technique), against the baseline."""
+    model training faster is not a training technique), against the baseline; each speed-up
+    with its error (``ladder_speedups.speedup``: the value, and ``..._estimate``)."""
     if max_drop_points < 0:
         raise ValueError(f"max_drop_points must be >= 0, got {max_drop_points}")
     base = rows[0]
@@ -34,11 +36,12 @@ def summary(rows: Sequence[dict], points: dict[tuple, dict], *,
     trn = min((p for p in points.values() if p["train_epoch_s"] is not None
                and not {"distill", "prune"} & set(p["techniques"])),
               key=lambda p: p["train_epoch_s"])
-    return {"best_inference": inf["name"],
-            "best_inference_speedup": base["test_set_s"] / inf["test_set_s"],
+    inf_x, trn_x = speedup(base, inf, "test_set_s"), speedup(base, trn, "train_epoch_s")
+    return {"best_inference": inf["name"], "best_inference_speedup": inf_x.value,
+            "best_inference_speedup_estimate": inf_x,
             "best_inference_accuracy_drop_points": drop[inf["name"]],
-            "best_training": trn["name"],
-            "best_training_speedup": base["train_epoch_s"] / trn["train_epoch_s"]}
+            "best_training": trn["name"], "best_training_speedup": trn_x.value,
+            "best_training_speedup_estimate": trn_x}
 
 
 def bound_checks(rows: Sequence[dict]) -> list[dict]:
@@ -91,14 +94,19 @@ def effect(points: dict[tuple, dict], technique: str, *, metric: str) -> dict | 
 
 def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence[tuple[str, str, dict]]
                          ) -> list[dict]:
-    """For each ``(label, metric, row)``: the speed-up ``row`` measured against ``base``, and
-    the product of the speed-ups its techniques give alone (what "speed-ups multiply" predicts)."""
+    """For each ``(label, metric, row)``: the speed-up ``row`` measured against ``base``, the
+    product of the speed-ups its techniques give alone (what "speed-ups multiply" predicts),
+    their ratio, each with its error (``..._estimate``), and the call on the ratio
+    (``ladder_speedups.multiply_call``: "roughly true", "not true" or "inconclusive")."""
     out = []
     for label, metric, row in stacks:
-        predicted = math.prod(effect(points, t, metric=metric)["alone"] for t in row["techniques"])
-        measured = base[metric] / row[metric]
-        out.append({"label": label, "metric": metric, "predicted": predicted,
-                    "measured": measured, "ratio": measured / predicted})
+        alone = [points[tuple(x == t for x in TECHNIQUES)] for t in row["techniques"]]
+        predicted = product([speedup(base, p, metric) for p in alone])
+        measured = speedup(base, row, metric)
+        r = ratio(measured, predicted)
+        out.append({"label": label, "metric": metric, "predicted": predicted.value,
+                    "measured": measured.value, "ratio": r.value, "predicted_estimate": predicted,
+                    "measured_estimate": measured, "ratio_estimate": r, "call": multiply_call(r)})
     return out
 
 
@@ -176,7 +184,7 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
 
 def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
     """The ladder as a Markdown table: what each rung adds, its accuracy, times (with the
-    speed-up over the baseline), size and peak memory."""
+    speed-up over the baseline and its standard error), size and peak memory."""
     base = rows[0]
     lines = ["| rung | adds | accuracy | train epoch | test set | batch 1 | batch 32 | size | peak memory |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -185,8 +193,8 @@ def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
             labels[t] for t in row["techniques"] if t not in below["techniques"])
         lines.append(
             f"| **{row['name']}** | {adds} | {row['test_accuracy']:.1%} | "
-            f"{row['train_epoch_s']:,.1f} s ({base['train_epoch_s'] / row['train_epoch_s']:.1f}×) | "
-            f"{row['test_set_s']:,.2f} s ({base['test_set_s'] / row['test_set_s']:.1f}×) | "
+            f"{row['train_epoch_s']:,.1f} s ({fmt(speedup(base, row, 'train_epoch_s'))}) | "
+            f"{row['test_set_s']:,.2f} s ({fmt(speedup(base, row, 'test_set_s'))}) | "
             f"{row['latency_b1_ms']:,.2f} ms | {row['latency_b32_ms']:,.1f} ms | "
             f"{row['size_bytes'] / 2**20:.2f} MiB | {row['peak_mib']:,.1f} MiB |")
     return "\n".join(lines)

@@ -109,28 +109,35 @@ def accuracy(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
     return float(correct(zoo, inputs, rung).float().mean())
 
 
-def latencies(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_size: int,
-              repeats: int | None = None) -> dict[tuple, float]:
-    """Median ms of a forward pass on ``batch_size`` typical reviews, the rungs interleaved;
-    by ``Rung.key``."""
+def latency_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_size: int,
+                    repeats: int | None = None) -> dict[tuple, list[float]]:
+    """ms of each repeat of a forward pass on ``batch_size`` typical reviews, the rungs
+    interleaved with the order rotated (repeat i of every rung in round i); by ``Rung.key``."""
     if not 1 <= batch_size <= len(inputs.typical):
         raise ValueError(f"batch_size must be in [1, {len(inputs.typical)}], got {batch_size}")
     fns = {r.key: forward_fn(zoo.model(r), r, *typical_batch(zoo, inputs, r, batch_size))
            for r in rungs}
     res = bench.compare(fns, warmup=zoo.settings.warmup, repeats=repeats or zoo.settings.repeats,
-                        device=zoo.device)
-    return {k: v["timing"].median * 1e3 for k, v in res.items()}
+                        device=zoo.device, rotate=True)
+    return {k: [1e3 * t for t in v["timing"].samples] for k, v in res.items()}
 
 
-def test_set_seconds(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung]) -> dict[tuple, float]:
-    """Seconds to run the whole test set, interleaved, by ``Rung.key`` (fixed padding: the
-    subset's time scaled to the set). No warm-up: ``accuracy`` and ``latencies`` ran every
-    model before."""
+def latencies(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_size: int,
+              repeats: int | None = None) -> dict[tuple, float]:
+    """Median ms of ``latency_samples``, by ``Rung.key``."""
+    return {k: statistics.median(v) for k, v in latency_samples(
+        zoo, inputs, rungs, batch_size=batch_size, repeats=repeats).items()}
+
+
+def test_set_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung]) -> dict[tuple, list[float]]:
+    """Seconds to run the whole test set, each repeat, interleaved with the order rotated, by
+    ``Rung.key`` (fixed padding: the subset's time scaled to the set). No warm-up: ``accuracy``
+    and ``latencies`` ran every model before."""
     loaders = {r.key: test_loader(zoo, inputs, r) for r in rungs}
     res = bench.compare({r.key: functools.partial(run_test_set, zoo, inputs, r, loaders[r.key])
                          for r in rungs}, warmup=0, repeats=zoo.settings.test_repeats,
-                        device=zoo.device)
-    return {k: v["timing"].median * len(zoo.corpus.test) / len(loaders[k].dataset)
+                        device=zoo.device, rotate=True)
+    return {k: [t * len(zoo.corpus.test) / len(loaders[k].dataset) for t in v["timing"].samples]
             for k, v in res.items()}
 
 
@@ -164,12 +171,13 @@ def _training_steps(zoo: ModelZoo, rung: Rung, batches: list[dict]) -> Callable:
     return step
 
 
-def train_epoch_seconds(zoo: ModelZoo, rungs: Sequence[Rung]) -> dict[tuple, float]:
+def train_epoch_samples(zoo: ModelZoo, rungs: Sequence[Rung]) -> dict[tuple, list[float]]:
     """Seconds per epoch of training the float model each rung serves with its training
-    techniques (bucketing, amp, sdpa; int8 comes after training), by ``Rung.key``: steps on a
-    few batches of one epoch's plan (fixed padding: any; bucketed: spread over the batch
-    widths), scaled to the epoch. After a warm-up step each, the rungs' steps are interleaved
-    in rounds, the fewer fixed-padding steps spread over the rounds, so drift hits all alike."""
+    techniques (bucketing, amp, sdpa; int8 comes after training), by ``Rung.key``: each timed
+    step on a few batches of one epoch's plan (fixed padding: any; bucketed: spread over the
+    batch widths), scaled to the epoch; their mean estimates the epoch. After a warm-up step
+    each, the rungs' steps are interleaved in rounds, the order rotated from round to round and
+    the fewer fixed-padding steps spread over the rounds, so drift hits all alike."""
     def tkey(r):
         return r.distill, r.prune, r.bucketing, r.amp, r.sdpa
     todo = {tkey(r): r for r in rungs}
@@ -182,11 +190,20 @@ def train_epoch_seconds(zoo: ModelZoo, rungs: Sequence[Rung]) -> dict[tuple, flo
            for k, r in todo.items()}
     times: dict[tuple, list[float]] = {k: [] for k in todo}
     for j in range(rounds):
-        now = {k: step for k, step in steps.items() if j in due[k]}
-        for k, v in bench.compare(now, warmup=0, repeats=1, device=zoo.device).items():
+        now = [(k, step) for k, step in steps.items() if j in due[k]]
+        now = dict(now[j % len(now):] + now[:j % len(now)]) if now else {}
+        for k, v in (bench.compare(now, warmup=0, repeats=1, device=zoo.device).items() if now else ()):
             times[k].append(v["timing"].median)
-    per = {k: statistics.fmean(times[k]) * sample[r.bucketing][1] for k, r in todo.items()}
+    per = {k: [t * sample[r.bucketing][1] for t in times[k]] for k, r in todo.items()}
     return {r.key: per[tkey(r)] for r in rungs}
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _mean(xs):
+    return statistics.fmean(xs) if xs else None
 
 
 def peak_mib(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
@@ -234,28 +251,36 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
         k = (*ModelZoo.key(r), r.amp)
         if k not in acc:
             acc[k] = accuracy(zoo, inputs, r)
-    b1, b32, full = {}, {}, {r.key for r in rungs}
-    for group, repeats in ((rungs, None), ([r for r in points if r.key not in full], 1)):
+    # Every repeat for the rungs and for each technique alone (the "speed-ups multiply" check
+    # divides by those), one for the other combinations.
+    full = {r.key for r in rungs}
+    repeated = [*rungs, *(r for r in points if len(r.techniques) == 1 and r.key not in full)]
+    b1, b32, keys = {}, {}, {r.key for r in repeated}
+    for group, repeats in ((repeated, None), ([r for r in points if r.key not in keys], 1)):
         if group:
-            b1.update(latencies(zoo, inputs, group, batch_size=1, repeats=repeats))
-            b32.update(latencies(zoo, inputs, group, batch_size=len(inputs.typical),
-                                 repeats=repeats))
+            b1.update(latency_samples(zoo, inputs, group, batch_size=1, repeats=repeats))
+            b32.update(latency_samples(zoo, inputs, group, batch_size=len(inputs.typical),
+                                       repeats=repeats))
     # The test set is timed for the rungs and for every point on the accuracy-vs-latency front
     # (batch 32): the best configuration within an accuracy bound is one of those.
-    scored = [{"key": r.key, "latency_b32_ms": b32[r.key],
+    scored = [{"key": r.key, "latency_b32_ms": statistics.median(b32[r.key]),
                "test_accuracy": acc[(*ModelZoo.key(r), r.amp)]} for r in points]
     front = {p["key"] for p in pareto_front(scored, x="latency_b32_ms")}
-    test_s = test_set_seconds(zoo, inputs, [*rungs, *(r for r in points
+    test_s = test_set_samples(zoo, inputs, [*rungs, *(r for r in points
                                                      if r.key in front and r.key not in full)])
-    train_s = train_epoch_seconds(zoo, [r for r in points if r.key in full
+    train_s = train_epoch_samples(zoo, [r for r in points if r.key in full
                                         or not (r.distill or r.prune)])
     peak = {r.key: peak_mib(zoo, inputs, r) for r in rungs}
     table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
                      # where it ran: int8 models stay on the CPU even on a GPU machine
                      "device": model_device(zoo.model(r)).type,
                      "test_accuracy": acc[(*ModelZoo.key(r), r.amp)],
-                     "test_set_s": test_s.get(r.key), "latency_b1_ms": b1[r.key],
-                     "latency_b32_ms": b32[r.key], "train_epoch_s": train_s.get(r.key),
-                     "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key)}
+                     "test_set_s": _median(test_s.get(r.key)),
+                     "latency_b1_ms": _median(b1[r.key]), "latency_b32_ms": _median(b32[r.key]),
+                     "train_epoch_s": _mean(train_s.get(r.key)),
+                     "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key),
+                     # every timed sample, for the errors of the speed-ups (ladder_speedups)
+                     "samples": {"test_set_s": test_s.get(r.key, []), "latency_b1_ms": b1[r.key],
+                                 "latency_b32_ms": b32[r.key], "train_epoch_s": train_s.get(r.key, [])}}
              for r in points}
     return [{**table[r.key], "name": r.name} for r in rungs], table

@@ -27,6 +27,17 @@ def test_compare_ranks_a_slow_function_slower():
     assert r["slow"]["speedup"] < 0.5
 
 
+def test_compare_rotates_the_order_of_each_repeat_when_asked():
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in "abc"}
+    bench.compare(fns, warmup=0, repeats=4)
+    assert "".join(order) == "abc" * 4
+    order.clear()
+    r = bench.compare(fns, warmup=1, repeats=4, rotate=True)
+    assert "".join(order) == "abc" + "abc" + "bca" + "cab" + "abc"       # warm-up, then rotated
+    assert all(len(v["timing"].samples) == 4 for v in r.values())
+
+
 def test_compare_over_gives_one_speedup_per_input_and_their_mean():
     from course_lib.verdicts import mean_and_se
     calls = []

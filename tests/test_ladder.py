@@ -151,6 +151,10 @@ def _fake_points(speed):
                          "latency_b32_ms": ms, "test_accuracy": 0.8 - 0.01 * rung.distill,
                          "train_epoch_s": None if rung.distill else ms * speed["int8"] ** rung.int8,
                          "test_set_s": ms, "latency_b1_ms": ms, "size_bytes": 1000}
+        # three interleaved repeats drifting alike (paired ratios exact), training steps around the mean
+        pts[rung.key]["samples"] = {
+            **{m: [ms * f for f in (1.0, 1.1, 0.9)] for m in ("test_set_s", "latency_b1_ms", "latency_b32_ms")},
+            "train_epoch_s": [] if rung.distill else [pts[rung.key]["train_epoch_s"] * f for f in (0.9, 1.1)]}
     return pts
 
 
@@ -174,6 +178,8 @@ def test_effect_summary_front_and_bounds_read_the_table():
     assert best["best_inference_accuracy_drop_points"] == pytest.approx(1.0)
     assert best["best_training"] in ("bucketing_amp", "bucketing_amp_int8")
     assert best["best_training_speedup"] == pytest.approx(16.0)
+    assert best["best_inference_speedup_estimate"].se == pytest.approx(0.0, abs=1e-9)
+    assert best["best_training_speedup_estimate"].value == best["best_training_speedup"]
     assert A.effect(pts, "int8", metric="train_epoch_s")["median"] == pytest.approx(1.0)
     assert A.summary(rows, pts, max_drop_points=0.5)["best_inference"] in ("bucketing_amp_int8",
                                                                            "bucketing_amp_prune_int8")
@@ -230,6 +236,10 @@ def test_stack_versus_product_and_the_guide_read_the_table():
     (row,) = A.stack_versus_product(pts, base, [("all", "latency_b32_ms", top)])
     assert row["predicted"] == pytest.approx(math.prod(speed.values()))
     assert row["ratio"] == pytest.approx(1.0)          # this fake table multiplies exactly
+    assert row["ratio_estimate"].se == pytest.approx(0.0) and row["call"] == "roughly true"
+    train = pts[ladder.Rung("t", bucketing=True, amp=True, sdpa=True).key]
+    (trow,) = A.stack_versus_product(pts, base, [("train", "train_epoch_s", train)])
+    assert trow["ratio"] == pytest.approx(1.0) and trow["ratio_estimate"].se > 0   # unpaired steps
     labels = {t: t for t in ladder.TECHNIQUES}
     rows, notes = A.usage_guide(pts, labels)
     assert len(rows) == len(ladder.TECHNIQUES) and not notes   # nothing overlaps here

@@ -1,0 +1,93 @@
+"""Lesson 11's speed-ups with their noise: every ratio of two measured times gets a standard
+error and degrees of freedom (``verdicts.Estimate``), so that a target or the "speed-ups
+multiply" check can come out "inconclusive" when the timings cannot tell.
+
+Where the samples come from (``ladder_meters.measure`` stores them under ``"samples"``):
+
+- latencies and the test set: ``bench.compare`` with the order rotated, so repeat i of every
+  point ran in the same round: the speed-up is the mean of the per-repeat ratios
+  (``verdicts.paired_ratio``, n - 1 degrees of freedom);
+- a training epoch: the time of each timed step scaled to the epoch, steps of different
+  batches (fixed padding: any batch; bucketed: spread over the batch widths), so the two
+  means are not paired: their ratio, with the delta method's standard error (the relative
+  errors add in quadrature) and the smaller sample's n - 1 degrees of freedom.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from .verdicts import Estimate, Rule, paired_ratio
+
+PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
+UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
+
+
+def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return statistics.fmean(xs), math.inf
+    return statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def speedup(base: dict, point: dict, metric: str) -> Estimate:
+    """How many times faster ``point`` is than ``base`` on ``metric`` (time before / after),
+    from the samples both carry; infinite standard error from a single sample."""
+    if metric not in PAIRED + UNPAIRED:
+        raise ValueError(f"metric must be one of {PAIRED + UNPAIRED}, got {metric!r}")
+    if point is base:
+        return Estimate(1.0, 0.0, math.inf)
+    a, b = base["samples"].get(metric), point["samples"].get(metric)
+    if not a or not b:
+        raise ValueError(f"no {metric} samples for {base['name']!r} or {point['name']!r}")
+    if metric in PAIRED:
+        if len(a) != len(b):
+            raise ValueError(f"{metric}: {base['name']!r} and {point['name']!r} were not timed in "
+                             f"the same rounds ({len(a)} and {len(b)} repeats)")
+        return paired_ratio(list(a), list(b))
+    (ma, sa), (mb, sb) = _mean_se(a), _mean_se(b)
+    value = ma / mb
+    return Estimate(value, value * math.hypot(sa / ma, sb / mb), float(max(1, min(len(a), len(b)) - 1)))
+
+
+def product(estimates: Sequence[Estimate]) -> Estimate:
+    """The product of independent speed-ups: relative errors in quadrature, the fewest
+    degrees of freedom (conservative)."""
+    value = math.prod(e.value for e in estimates)
+    rel = math.sqrt(sum((e.se / e.value) ** 2 for e in estimates))
+    return Estimate(value, value * rel, min(e.dof for e in estimates))
+
+
+def ratio(measured: Estimate, predicted: Estimate) -> Estimate:
+    """``measured / predicted``, relative errors in quadrature."""
+    value = measured.value / predicted.value
+    rel = math.hypot(measured.se / measured.value, predicted.se / predicted.value)
+    return Estimate(value, value * rel, min(measured.dof, predicted.dof))
+
+
+# "Speed-ups multiply" when the measured stack is within a factor 4/3 of the product of the
+# techniques' speed-ups alone: a band, so two one-sided rules.
+MULTIPLY_BAND = (0.75, 4 / 3)
+
+
+def multiply_call(r: Estimate, *, band: tuple[float, float] = MULTIPLY_BAND) -> str:
+    """"roughly true" when the 95% interval of measured / predicted lies inside ``band``,
+    "not true" when it lies wholly outside, else "inconclusive"."""
+    low, high = (Rule("measured / predicted", ">=", band[0]).judge(r.value, r.se, r.dof),
+                 Rule("measured / predicted", "<=", band[1]).judge(r.value, r.se, r.dof))
+    if low == "holds" and high == "holds":
+        return "roughly true"
+    if "fails" in (low, high):
+        return "not true"
+    return "inconclusive"
+
+
+def target_call(e: Estimate, target: float) -> str:
+    """A speed-up target in words: "met", "not met" or "inconclusive" (``Rule`` ``>=``)."""
+    return {"holds": "met", "fails": "not met", "inconclusive": "inconclusive"}[
+        Rule("speed-up", ">=", target).judge(e.value, e.se, e.dof)]
+
+
+def fmt(e: Estimate) -> str:
+    """``12.3× ± 0.4`` (standard error), or ``12.3× (one sample)``."""
+    return f"{e.value:,.1f}× ± {e.se:.1f}" if math.isfinite(e.se) else f"{e.value:,.1f}× (one sample)"
