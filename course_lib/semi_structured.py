@@ -69,3 +69,37 @@ def fraction_2_4(weight: torch.Tensor) -> float:
         raise ValueError(f"weight must be 2-D with columns divisible by 4, got {tuple(weight.shape)}")
     nonzero = (weight.detach() != 0).reshape(weight.shape[0], -1, 4).sum(-1)
     return float((nonzero <= 2).float().mean())
+
+
+def measure_2_4(model: nn.Module, test_loader, batch: tuple[torch.Tensor, torch.Tensor], *,
+                device: torch.device | str, dtype: torch.dtype, warmup: int = 1,
+                repeats: int = 3) -> dict:
+    """2:4 sparse feed-forward weights against the same dense model, both in ``dtype`` on a
+    GPU that has the kernels (``supported``): test accuracy of each over ``test_loader``, and
+    the forward time on ``batch`` (ids, mask), the two interleaved (lesson 11's GPU-only rung).
+    Raises on a device without the kernels: call ``supported`` first."""
+    import copy
+
+    from . import bench
+    from .train import evaluate
+
+    ok, why = supported(device)
+    if not ok:
+        raise RuntimeError(f"2:4 semi-structured sparsity cannot run here: {why}")
+    dense = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
+    sparse = copy.deepcopy(dense)
+    apply_2_4(sparse, convert=True)
+    acc = {name: evaluate(m, test_loader, device=device, autocast_dtype=dtype)["accuracy"]
+           for name, m in (("dense", dense), ("2:4", sparse))}
+    ids, mask = (t.to(device) for t in batch)
+
+    def forward(m):
+        def run():
+            with torch.inference_mode():
+                m(ids, mask)
+        return run
+
+    t = bench.compare({"dense": forward(dense), "2:4": forward(sparse)}, warmup=warmup,
+                      repeats=repeats, device=device, rotate=True)
+    return {"accuracy_dense": acc["dense"], "accuracy_2_4": acc["2:4"],
+            "speedup": t["2:4"]["speedup"], "timings": t}

@@ -37,3 +37,13 @@ def test_convert_needs_a_supported_gpu_and_16_bit_weights():
         ffn_linears(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="divisible by 4"):
         fraction_2_4(torch.ones(3, 6))
+
+
+def test_measure_2_4_refuses_a_device_without_the_kernels_and_says_why():
+    from course_lib.semi_structured import measure_2_4
+    ok, why = supported("cpu")
+    assert not ok
+    with pytest.raises(RuntimeError, match="cannot run here"):
+        measure_2_4(build_model(50, preset="student"), [], (torch.zeros(1, 4, dtype=torch.long),
+                                                            torch.ones(1, 4, dtype=torch.bool)),
+                    device="cpu", dtype=torch.bfloat16)
