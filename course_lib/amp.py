@@ -24,7 +24,8 @@ from torch import nn
 
 from .device import amp_dtype
 from .models import Attention
-from .train import LossFn, evaluate, task_loss, to_device, warmup_cosine
+from .step import seeded, train_step
+from .train import evaluate, task_loss, to_device, warmup_cosine
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
                                          "fp16": torch.float16}
@@ -73,45 +74,6 @@ def make_scaler(device: torch.device | str, *, enabled: bool = True, init_scale:
                                 growth_interval=growth_interval, enabled=enabled)
 
 
-def amp_step(model: nn.Module, batch: dict, opt: torch.optim.Optimizer, *,
-             device: torch.device, dtype: torch.dtype | None,
-             scaler: torch.amp.GradScaler | None = None, loss_fn: LossFn,
-             grad_clip: float = 1.0, inject_inf: bool = False) -> tuple[float, bool]:
-    """One training step; returns (loss, skipped). ``inject_inf`` puts an inf in one gradient,
-    as an FP16 overflow would."""
-    with torch.amp.autocast(device_type=device.type, dtype=dtype or torch.float32,
-                            enabled=dtype is not None):
-        loss = loss_fn(model, batch)
-    opt.zero_grad(set_to_none=True)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if scaler is not None and scaler.is_enabled():
-        before = scaler.get_scale()
-        scaler.scale(loss).backward()
-        if inject_inf:
-            _poison(params)
-        scaler.unscale_(opt)
-        if grad_clip:
-            nn.utils.clip_grad_norm_(params, grad_clip)
-        scaler.step(opt)
-        scaler.update()
-        skipped = scaler.get_scale() < before
-    else:
-        loss.backward()
-        if inject_inf:
-            _poison(params)
-        if grad_clip:
-            nn.utils.clip_grad_norm_(params, grad_clip)
-        opt.step()   # without a scaler nothing stops the inf: the weights become NaN
-        skipped = False
-    return float(loss.detach()), skipped
-
-
-def _poison(params: list[torch.Tensor]) -> None:
-    p = next(p for p in params if p.grad is not None)
-    with torch.no_grad():
-        p.grad.view(-1)[0] = math.inf
-
-
 @dataclass
 class AmpHistory:
     precision: str
@@ -140,35 +102,35 @@ def amp_train(model: nn.Module, loader: Iterable[dict], *, precision_name: str =
         raise ValueError(f"lr must be in (0, 1), got {lr}")
     prec = precision(precision_name)
     device = torch.device(device)
-    torch.manual_seed(seed)
-    model.to(device).train()
-    loss_fn = task_loss(task)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: warmup_cosine(s, steps, max(1, int(warmup_frac * steps))))
-    scaler = make_scaler(device, init_scale=init_scale, growth_interval=growth_interval) \
-        if prec.use_scaler else None
-    inject = set(inject_inf_at)
-    hist = AmpHistory(prec.name)
-    step = 0
-    while step < steps:
-        for batch in loader:
-            if step >= steps:
-                break
-            batch = to_device(batch, device)
-            t0 = time.perf_counter()
-            loss, skipped = amp_step(model, batch, opt, device=device, dtype=prec.dtype,
-                                     scaler=scaler, loss_fn=loss_fn, inject_inf=step in inject)
-            if not skipped:   # a skipped step did not call opt.step(): keep the schedule
-                sched.step()
-            hist.step_seconds.append(time.perf_counter() - t0)
-            hist.loss.append(loss)
-            hist.skipped.append(skipped)
-            hist.scale.append(scaler.get_scale() if scaler is not None else 1.0)
-            if callback is not None:
-                callback(step, loss)
-            step += 1
-    return hist
+    with seeded(seed, device):   # dropout draws; the caller's generator is left as it was
+        model.to(device).train()
+        loss_fn = task_loss(task)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: warmup_cosine(s, steps, max(1, int(warmup_frac * steps))))
+        scaler = make_scaler(device, init_scale=init_scale, growth_interval=growth_interval) \
+            if prec.use_scaler else None
+        inject = set(inject_inf_at)
+        hist = AmpHistory(prec.name)
+        step = 0
+        while step < steps:
+            for batch in loader:
+                if step >= steps:
+                    break
+                batch = to_device(batch, device)
+                t0 = time.perf_counter()
+                loss, skipped = train_step(model, batch, opt, device=device, dtype=prec.dtype,
+                                           scaler=scaler, loss_fn=loss_fn, inject_inf=step in inject)
+                if not skipped:   # a skipped step did not call opt.step(): keep the schedule
+                    sched.step()
+                hist.step_seconds.append(time.perf_counter() - t0)
+                hist.loss.append(loss)
+                hist.skipped.append(skipped)
+                hist.scale.append(scaler.get_scale() if scaler is not None else 1.0)
+                if callback is not None:
+                    callback(step, loss)
+                step += 1
+        return hist
 
 
 def evaluate_amp(model: nn.Module, loader, *, device: torch.device | str = "cpu",
@@ -248,8 +210,8 @@ def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,
     loss_fn = task_loss("classification")
 
     def step() -> None:
-        amp_step(model, batch, opt, device=device, dtype=prec.dtype, scaler=scaler,
-                 loss_fn=loss_fn)
+        train_step(model, batch, opt, device=device, dtype=prec.dtype, scaler=scaler,
+                   loss_fn=loss_fn)
     return step
 
 
@@ -259,8 +221,7 @@ def synthetic_step(*, precision_name: str, vocab_size: int = 1000, preset: str =
     """A training step on random tokens; for ``bench.peak_rss`` (``prepare=True`` returns the
     step function, built before the memory baseline is read)."""
     from .models import build_model
-    torch.manual_seed(seed)
-    model = build_model(vocab_size, preset=preset)
+    model = build_model(vocab_size, preset=preset, seed=seed)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, vocab_size, (batch_size, length), generator=g)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),

@@ -19,6 +19,7 @@ from torch import nn
 
 from .batching import make_loader
 from .data import Corpus
+from .step import seeded
 from .train import TrainConfig, evaluate, train
 
 
@@ -50,8 +51,8 @@ class BowRecipe:
 def train_bag_of_words(corpus: Corpus, *, recipe: BowRecipe = BowRecipe(),
                        progress: bool = False) -> tuple[BagOfWords, dict[str, float]]:
     """Fit the bag of words on the training split; returns it and its train/test accuracy."""
-    torch.manual_seed(recipe.seed)
-    model = BagOfWords(len(corpus.vocab), pad_id=corpus.vocab.pad_id)
+    with seeded(recipe.seed):
+        model = BagOfWords(len(corpus.vocab), pad_id=corpus.vocab.pad_id)
     loader = make_loader(corpus.train, batch_size=recipe.batch_size, seed=recipe.seed)
     train(model, loader, cfg=TrainConfig(epochs=recipe.epochs, lr=recipe.lr, weight_decay=0.0,
                                          seed=recipe.seed), progress=progress)

@@ -197,12 +197,11 @@ def run_training(cfg: WorkerConfig, *, rank: int = 0, world_size: int = 1,
 
 
 def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) -> dict:
-    from contextlib import nullcontext
-
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from .data import load_corpus
     from .models import build_model
+    from .step import seeded, train_step
     from .train import task_loss, to_device, training_autocast
 
     corpus = load_corpus(scale=cfg.data_scale)
@@ -211,8 +210,8 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     if per_epoch < 1:
         raise ValueError(f"data_scale={cfg.data_scale} leaves no full step for batch_size="
                          f"{cfg.batch_size} x accum={cfg.accum} x {world_size} ranks")
-    torch.manual_seed(cfg.seed)   # the same initial weights everywhere
-    model = build_model(len(corpus.vocab), preset="student", d_model=cfg.d_model,
+    model = build_model(len(corpus.vocab), preset="student", seed=cfg.seed,  # the same everywhere
+                        d_model=cfg.d_model,
                         n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff).to(device)
     ddp = dist.is_available() and dist.is_initialized()
     net = DDP(model, device_ids=[device] if device.type == "cuda" else None) if ddp else model
@@ -224,43 +223,28 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     mixed = training_autocast(device)
     scaler = torch.amp.GradScaler("cuda") if mixed == torch.float16 else None
     losses, times, step, epoch = [], [], 0, 0
-    while step < cfg.steps:
-        for sampler in (loader.sampler, loader.batch_sampler):
-            if hasattr(sampler, "set_epoch"):   # a new shuffle per epoch, the same on all ranks
-                sampler.set_epoch(epoch)
-        batches = iter(loader)
-        for _ in range(min(per_epoch, cfg.steps - step)):
-            _sync(device)
-            t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for micro in range(cfg.accum):
-                batch = to_device(next(batches), device)
-                last = micro == cfg.accum - 1
-                with net.no_sync() if ddp and not last else nullcontext():
-                    with torch.autocast(device.type, dtype=mixed or torch.float32,
-                                        enabled=mixed is not None):
-                        loss = loss_fn(net, batch) / cfg.accum
-                    # DDP: the all-reduce overlaps with this backward
-                    (scaler.scale(loss) if scaler else loss).backward()
-                total += float(loss.detach())
-            if scaler:
-                scaler.unscale_(opt)
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip)
-            if scaler:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            _sync(device)
-            times.append(time.perf_counter() - t0)
-            losses.append(total)
-            step += 1
-            if step % max(1, cfg.steps // 4) == 0 or step == cfg.steps:
-                _log(f"step {step}/{cfg.steps} local loss {total:.4f}", rank=rank,
-                     world_size=world_size)
-        epoch += 1
+    with seeded(cfg.seed, device):   # dropout draws, as in train.train; the caller's state is kept
+        while step < cfg.steps:
+            for sampler in (loader.sampler, loader.batch_sampler):
+                if hasattr(sampler, "set_epoch"):   # a new shuffle per epoch, the same on all ranks
+                    sampler.set_epoch(epoch)
+            batches = iter(loader)
+            for _ in range(min(per_epoch, cfg.steps - step)):
+                _sync(device)
+                t0 = time.perf_counter()
+                micro = [to_device(next(batches), device) for _ in range(cfg.accum)]
+                # the course's one step: DDP all-reduces once, in the last micro-batch's backward
+                total, _ = train_step(net, micro, opt, device=device, dtype=mixed, loss_fn=loss_fn,
+                                      scaler=scaler, grad_clip=cfg.grad_clip,
+                                      no_sync=net.no_sync if ddp else None)
+                _sync(device)
+                times.append(time.perf_counter() - t0)
+                losses.append(total)
+                step += 1
+                if step % max(1, cfg.steps // 4) == 0 or step == cfg.steps:
+                    _log(f"step {step}/{cfg.steps} local loss {total:.4f}", rank=rank,
+                         world_size=world_size)
+            epoch += 1
     params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     loss_t = torch.tensor(losses, device=device)
     divergence = 0.0

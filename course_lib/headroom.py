@@ -116,8 +116,7 @@ def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float,
     test = make_loader(easy.test, batch_size=64, shuffle=False, max_length=recipes.reg_length)
     maes = []
     for seed in seeds:
-        torch.manual_seed(seed)
-        m = build_model(len(easy.vocab), preset="student", n_outputs=1)
+        m = build_model(len(easy.vocab), preset="student", n_outputs=1, seed=seed)
         loader = make_loader(easy.train, batch_size=16, seed=seed, max_length=recipes.reg_length)
         amp_train(m, loader, precision_name="fp32", steps=recipes.reg_steps, lr=2e-3,
                   task="regression", seed=seed)
@@ -159,8 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     q2 = evaluate(quant.fake_quantize_model(teacher, bits=2, granularity="per_channel"), test)
     print(f"5. per-channel 8-bit / 2-bit weights  {q8['accuracy']:.1%} / {q2['accuracy']:.1%}  "
           f"({100 * (q8['accuracy'] - q2['accuracy']):+.1f} pts; target >= 5)")
-    torch.manual_seed(0)
-    mine = build_model(len(corpus.vocab), preset=recipes.first_run_preset)
+    mine = build_model(len(corpus.vocab), preset=recipes.first_run_preset, seed=0)
     hist = train(mine, make_loader(corpus.train, batch_size=32, seed=0),
                  cfg=TrainConfig(epochs=recipes.first_run_epochs, lr=recipes.first_run_lr),
                  progress=False)

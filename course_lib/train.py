@@ -21,8 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .device import amp_dtype
-
-LossFn = Callable[[nn.Module, dict], torch.Tensor]
+from .step import LossFn, seeded, train_step
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,6 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     autocast_dtype = training_autocast(device, autocast_dtype)
     if autocast_dtype == torch.float16 and device.type == "cuda" and scaler is None:
         scaler = torch.amp.GradScaler("cuda")   # fp16 gradients underflow without one
-    torch.manual_seed(cfg.seed)  # dropout draws
     model.to(device)
     loss_fn = loss_fn or task_loss(cfg.task)
     opt = optimizer or torch.optim.AdamW(model.parameters(), lr=cfg.lr,
@@ -131,55 +129,40 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     total = cfg.epochs * len(loader) if max_steps is None else min(max_steps, cfg.epochs * len(loader))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: warmup_cosine(s, total, max(1, int(cfg.warmup_frac * total))))
-    hist, step, t_start = History(), 0, time.perf_counter()
-    bar = tqdm(total=total, desc="training", disable=not progress, leave=False)
-    for epoch in range(cfg.epochs):
-        model.train()
-        t0, losses = time.perf_counter(), []
-        for batch in loader:
+    with seeded(cfg.seed, device):   # dropout draws; the caller's generator is left as it was
+        hist, step, t_start = History(), 0, time.perf_counter()
+        bar = tqdm(total=total, desc="training", disable=not progress, leave=False)
+        for epoch in range(cfg.epochs):
+            model.train()
+            t0, losses = time.perf_counter(), []
+            for batch in loader:
+                if step >= total:
+                    break
+                value, skipped = train_step(model, to_device(batch, device), opt, device=device,
+                                            dtype=autocast_dtype, loss_fn=loss_fn, scaler=scaler,
+                                            grad_clip=cfg.grad_clip)
+                hist.skipped_steps += int(skipped)
+                sched.step()
+                losses.append(value)
+                hist.step_loss.append(value)
+                hist.step_lr.append(sched.get_last_lr()[0])
+                if callback is not None:
+                    callback(step, value, model)
+                step += 1
+                bar.update(1)
+                bar.set_postfix(epoch=epoch + 1, loss=f"{value:.3f}")
+            record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)),
+                      "seconds": time.perf_counter() - t0}
+            if val_loader is not None:
+                record.update({f"val_{k}": v for k, v in evaluate(
+                    model, val_loader, device=device, task=cfg.task,
+                    autocast_dtype=autocast_dtype).items()})
+            hist.epochs.append(record)
             if step >= total:
                 break
-            batch = to_device(batch, device)
-            with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
-                                enabled=autocast_dtype is not None):
-                loss = loss_fn(model, batch)
-            opt.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scale_before = scaler.get_scale()
-                scaler.scale(loss).backward()
-                scaler.unscale_(opt)
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                scaler.step(opt)
-                scaler.update()
-                hist.skipped_steps += int(scaler.get_scale() < scale_before)
-            else:
-                loss.backward()
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step()
-            sched.step()
-            value = float(loss.detach())
-            losses.append(value)
-            hist.step_loss.append(value)
-            hist.step_lr.append(sched.get_last_lr()[0])
-            if callback is not None:
-                callback(step, value, model)
-            step += 1
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{value:.3f}")
-        record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)),
-                  "seconds": time.perf_counter() - t0}
-        if val_loader is not None:
-            record.update({f"val_{k}": v for k, v in evaluate(
-                model, val_loader, device=device, task=cfg.task,
-                autocast_dtype=autocast_dtype).items()})
-        hist.epochs.append(record)
-        if step >= total:
-            break
-    bar.close()
-    hist.seconds = time.perf_counter() - t_start
-    return hist
+        bar.close()
+        hist.seconds = time.perf_counter() - t_start
+        return hist
 
 
 @torch.no_grad()

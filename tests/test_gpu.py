@@ -75,7 +75,8 @@ def test_flash_attention_memory_and_agreement_at_4096():
 
 
 def test_grad_scaler_skips_an_overflowing_fp16_step():
-    from course_lib.amp import amp_step, make_scaler
+    from course_lib.amp import make_scaler
+    from course_lib.step import train_step
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2).cuda()
@@ -88,11 +89,11 @@ def test_grad_scaler_skips_an_overflowing_fp16_step():
     def loss_fn(m, b):
         return torch.nn.functional.cross_entropy(m(b["features"]), b["labels"])
 
-    _, skipped = amp_step(model, batch, opt, device=torch.device("cuda"), dtype=torch.float16,
+    _, skipped = train_step(model, batch, opt, device=torch.device("cuda"), dtype=torch.float16,
                           scaler=scaler, loss_fn=loss_fn, inject_inf=True)
     assert skipped and scaler.get_scale() == 2.0**9
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    _, skipped = amp_step(model, batch, opt, device=torch.device("cuda"), dtype=torch.float16,
+    _, skipped = train_step(model, batch, opt, device=torch.device("cuda"), dtype=torch.float16,
                           scaler=scaler, loss_fn=loss_fn)
     assert not skipped and not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
