@@ -49,9 +49,11 @@ test-unit: $(STAMP)
 
 # On a CUDA machine (a Colab GPU, a lent GPU): every lesson in smoke mode on the GPU, failing on
 # any error, widget-callback error, time recorded without its device, or GPU section that
-# skipped; plus the GPU unit tests (tests/test_gpu.py). Without CUDA it says so and exits 0.
+# skipped; plus the GPU unit tests (tests/test_gpu.py). It installs the [gpu] extra first (torchao,
+# for lesson 07's GPU int8). Without CUDA it says so and exits 0.
 test-gpu: $(STAMP)
 	@if $(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+		$(BIN)/python -m pip install -q -e ".[gpu]" && \
 		$(BIN)/python -m pytest -q tests/test_gpu.py -m gpu; \
 	else \
 		echo "make test-gpu: no CUDA device here (torch.cuda.is_available() is False); nothing to run."; \

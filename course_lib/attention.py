@@ -255,6 +255,22 @@ def window_tile_fraction(length: int, *, window: int, block_size: int) -> float:
     return touched / (n * n)
 
 
+def flex_plan(device: torch.device | str, *, compiler: tuple[bool, str] | None = None
+              ) -> tuple[str, str] | None:
+    """None when FlexAttention can run (and compile) on ``device``; else ``(needs, reason)`` for
+    ``Recorder.skip``. ``compiler`` overrides ``compile.compile_support`` (tests)."""
+    from .compile import compile_support
+
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return "cuda", f"torch {torch.__version__} has no FlexAttention"
+    ok, why = compiler if compiler is not None else compile_support(device)
+    if ok:
+        return None
+    return ("compiler" if torch.device(device).type == "cpu" else "cuda"), f"FlexAttention is compiled: {why}"
+
+
 def flex_window_attention(length: int, *, window: int, block_size: int,
                           device: torch.device | str = "cpu"):
     """FlexAttention (``torch.nn.attention.flex_attention``, compiled) with a sliding-window

@@ -34,8 +34,10 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 UNITS = frozenset({"fraction", "s", "ms", "x", "bytes", "MiB", "count", "tokens/s", "params",
                    "GFLOP/s", "GiB/s", "points", "dB", "logit"})
 TIMING_UNITS = frozenset({"s", "ms"})
-# What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, or >= 2 GPUs.
-NEEDS = ("cuda", "sm80", "multi_gpu")
+# What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, >= 2 GPUs, the
+# torchao package (GPU int8, lesson 07) or a C++ compiler (Inductor on a CPU, lesson 09).
+# ``make test-gpu`` fails when a GPU run skips for any reason the GPU does not explain.
+NEEDS = ("cuda", "sm80", "multi_gpu", "torchao", "compiler")
 
 
 class Recorder:

@@ -202,3 +202,12 @@ def test_flex_window_attention_matches_sdpa_with_the_window_mask():
     assert skipped == pytest.approx(1 - window_tile_fraction(L, window=W, block_size=B))
     with pytest.raises(ValueError, match="window"):
         flex_window_attention(L, window=0, block_size=B)
+
+
+def test_the_flex_plan_skips_only_for_a_stated_reason():
+    from course_lib.attention import flex_plan
+    from course_lib.results import NEEDS
+    assert flex_plan("cpu", compiler=(True, "available")) is None
+    needs, why = flex_plan("cpu", compiler=(False, "no C++ compiler"))
+    assert needs == "compiler" and "no C++ compiler" in why and needs in NEEDS
+    assert flex_plan("cuda", compiler=(False, "x"))[0] == "cuda"

@@ -204,3 +204,13 @@ def test_per_channel_dynamic_int8_is_closer_to_fp32_on_a_layer_with_uneven_rows(
     err = {pc: (quant.quantize_dynamic_int8(net, per_channel=pc)(x) - ref)[:, 0].abs().max()
            for pc in (False, True)}
     assert err[True] < err[False] / 5
+
+
+def test_the_gpu_int8_plan_names_what_is_missing():
+    from course_lib import quant_gpu
+    assert quant_gpu.plan("cpu")[0] == "cuda"
+    assert quant_gpu.plan("cuda", has_torchao=False)[0] == "torchao"     # a GPU without torchao
+    assert quant_gpu.plan("cuda", has_torchao=True) is None
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cannot run here"):
+            quant_gpu.compare_int8_weight_only(nn.Linear(2, 2), {}, [], device="cpu")
