@@ -48,9 +48,13 @@ def test_scaler_grows_after_growth_interval():
     assert h.scale == [16.0, 32.0, 64.0] and h.skipped_steps == 0
 
 
-def test_regression_task_runs():
-    h = amp.amp_train(tiny(n_outputs=1), toy_loader(), precision_name="bf16", steps=3,
-                      task="regression")
+def test_regression_task_trains_on_the_ratings_with_mse():
+    model, loader = tiny(n_outputs=1), toy_loader()
+    b = loader[0]
+    with torch.no_grad():   # the first step's loss is the untouched model's MSE on the ratings
+        first = torch.nn.functional.mse_loss(model(b["input_ids"], b["attention_mask"]), b["ratings"])
+    h = amp.amp_train(model, loader, precision_name="fp32", steps=3, task="regression")
+    assert h.loss[0] == pytest.approx(float(first), rel=1e-5)
     assert len(h.loss) == 3
 
 

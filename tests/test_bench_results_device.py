@@ -1,5 +1,4 @@
 import json
-import time
 
 import pytest
 import torch
@@ -9,22 +8,45 @@ from course_lib.device import amp_dtype, capabilities, pick_device, report_markd
 from course_lib.results import Recorder, load_results
 
 
-def test_time_fn_counts_repeats_and_leaves_the_warmup_out():
+class FakeClock:
+    """time.perf_counter for bench: each call of a timed function moves it by a set duration,
+    so the tests check the arithmetic, not how busy the machine is."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def fn(self, seconds):
+        def run():
+            self.now += seconds
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(bench.time, "perf_counter", c)
+    return c
+
+
+def test_time_fn_counts_repeats_and_leaves_the_warmup_out(clock):
     calls = []
 
-    def fn():   # the 3 warm-up calls are slow (a cold start), the 5 timed ones sleep 2 ms
+    def fn():   # the 3 warm-up calls last 50 s (a cold start), the 5 timed ones 2, 1, 3, 1, 2 s
         calls.append(1)
-        time.sleep(0.05 if len(calls) <= 3 else 0.002)
+        clock.now += 50.0 if len(calls) <= 3 else [2, 1, 3, 1, 2][len(calls) - 4]
     t = bench.time_fn(fn, warmup=3, repeats=5)
-    assert len(calls) == 8 and len(t.samples) == 5
-    assert 0.002 <= t.median and max(t.samples) < 0.05      # no warm-up call was timed
+    assert len(calls) == 8 and t.samples == (2.0, 1.0, 3.0, 1.0, 2.0)
+    assert t.median == 2.0                                   # no warm-up call was timed
 
 
-def test_compare_ranks_a_slow_function_slower():
-    r = bench.compare({"fast": lambda: None, "slow": lambda: time.sleep(0.01)},
-                      warmup=1, repeats=3)
+def test_compare_gives_the_ratio_of_medians_to_the_baseline(clock):
+    r = bench.compare({"fast": clock.fn(0.01), "slow": clock.fn(0.04)}, warmup=1, repeats=3)
     assert r["fast"]["speedup"] == pytest.approx(1.0)
-    assert r["slow"]["speedup"] < 0.5
+    assert r["slow"]["speedup"] == pytest.approx(0.25)
+    assert r["slow"]["timing"].samples == pytest.approx((0.04,) * 3)
 
 
 def test_compare_rotates_the_order_of_each_repeat_when_asked():
@@ -38,21 +60,24 @@ def test_compare_rotates_the_order_of_each_repeat_when_asked():
     assert all(len(v["timing"].samples) == 4 for v in r.values())
 
 
-def test_compare_over_gives_one_speedup_per_input_and_their_mean():
+def test_compare_over_gives_one_speedup_per_input_and_their_mean(clock):
     from course_lib.verdicts import mean_and_se
     calls = []
 
-    def make(x):       # the baseline sleeps x ms, the other half of it: speed-up about 2 per input
-        return {"base": lambda: (calls.append(x), time.sleep(x / 1e3)),
-                "half": lambda: time.sleep(x / 2e3)}
+    def make(x):       # the baseline lasts x s, the other x / 2 on inputs 4 and 8, x / 3 on 6
+        def base():
+            calls.append(x)
+            clock.now += x
+        return {"base": base, "fast": clock.fn(x / (3 if x == 6 else 2))}
     r = bench.compare_over([4, 8, 6], make, warmup=1, repeats=2)
     assert calls == [4] * 3 + [8] * 3 + [6] * 3               # each input: warm-up, then its repeats
-    assert r["base"]["speedups"] == [1.0, 1.0, 1.0] and len(r["half"]["median_s"]) == 3
-    assert r["half"]["speedup"] == mean_and_se(r["half"]["speedups"]) and r["half"]["speedup"].dof == 2
+    assert r["base"]["speedups"] == [1.0, 1.0, 1.0] and r["fast"]["median_s"] == pytest.approx([2, 4, 2])
+    assert r["fast"]["speedups"] == pytest.approx([2.0, 2.0, 3.0])
+    assert r["fast"]["speedup"] == mean_and_se(r["fast"]["speedups"]) and r["fast"]["speedup"].dof == 2
     with pytest.raises(ValueError, match="inputs"):
         bench.compare_over([], make)
     with pytest.raises(ValueError, match="same alternatives"):
-        bench.compare_over([1, 2], lambda x: {"a": lambda: None, **({"b": lambda: None} if x == 1 else {})})
+        bench.compare_over([1, 2], lambda x: {"a": clock.fn(1), **({"b": clock.fn(1)} if x == 1 else {})})
 
 
 def test_bench_bad_arguments():

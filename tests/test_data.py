@@ -89,13 +89,23 @@ def test_lengths_are_heavy_tailed_within_bounds():
 
 
 def test_order_matters_bag_of_words_is_not_enough():
-    # the same multiset of words can carry either label: shuffle words within reviews
-    flips = 0
-    for r in generate(200, cfg=CorpusConfig(p_negate=0.5), seed=4):
-        words = r.text.split()
-        if "not" in words or "never" in words or "hardly" in words:
-            flips += 1
-    assert flips > 50
+    # "A but B" takes B's sign. Read from the text by hand (the adjective after "but" decides), the
+    # label is right for every review; where A and B disagree, swapping the two clauses keeps the
+    # bag of words and flips the label: no bag-of-words model can get both right.
+    from collections import Counter
+
+    from course_lib.data import POSITIVE
+    cfg = CorpusConfig(p_contrast=1.0, p_opener=0.0, p_negate=0.0, p_intensify=0.0, max_opinions=1)
+    swapped_flips = 0
+    for r in generate(200, cfg=cfg, seed=4):
+        w = r.text.split()
+        i = w.index("but")
+        first, second = w[i - 4:i], w[i + 1:i + 5]          # "the NOUN is ADJ" on each side
+        assert r.label == int(second[-1] in POSITIVE), r.text
+        swapped = w[:i - 4] + second + ["but"] + first + w[i + 5:]
+        assert Counter(swapped) == Counter(w)
+        swapped_flips += int((first[-1] in POSITIVE) != (second[-1] in POSITIVE))
+    assert swapped_flips > 50     # about half the reviews: opposite adjectives are common
 
 
 def test_vocab_round_trip_and_unknown_words():

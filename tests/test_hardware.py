@@ -9,9 +9,14 @@ from course_lib.hardware import (Machine, Op, encoder_layer_ops, forward_flops, 
 from course_lib.models import EncoderConfig, build_model
 
 
-def test_measurements_are_positive_estimates():
-    assert measure_matmul_flops(size=64, repeats=2) > 1e6
-    assert measure_bandwidth(mib=4, repeats=2) > 1e6
+def test_measurements_divide_the_work_by_the_median_time(monkeypatch):
+    # A fake clock that advances 0.5 s per reading: every timed call lasts exactly 0.5 s, so the
+    # estimates must equal the work counted by hand over 0.5 s.
+    import course_lib.bench as bench
+    clock = iter(x * 0.5 for x in range(10_000))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    assert measure_matmul_flops(size=64, repeats=3) == pytest.approx(2 * 64 ** 3 / 0.5)
+    assert measure_bandwidth(mib=4, repeats=3) == pytest.approx(2 * 4 * 2 ** 20 / 0.5)
     with pytest.raises(ValueError, match="size"):
         measure_matmul_flops(size=4)
     with pytest.raises(ValueError, match="mib"):

@@ -214,3 +214,23 @@ def test_the_gpu_int8_plan_names_what_is_missing():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="cannot run here"):
             quant_gpu.compare_int8_weight_only(nn.Linear(2, 2), {}, [], device="cpu")
+
+
+@pytest.mark.parametrize("scheme", ["symmetric", "affine"])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_fake_quantize_matches_torchs_own(scheme, bits):
+    # torch's fake_quantize_* with our scale and zero point: the same grid, the same rounding (it
+    # multiplies by 1/scale where we divide, so a value exactly on a half step may round apart).
+    g = torch.Generator().manual_seed(bits)
+    x = torch.randn(16, 32, generator=g) * torch.linspace(0.1, 3, 16)[:, None] + 0.3
+    p = quant.calibrate(x, bits=bits, scheme=scheme)
+    ref = torch.fake_quantize_per_tensor_affine(x, float(p.scale), int(p.zero_point), p.qmin, p.qmax)
+    got = quant.fake_quantize(x, bits=bits, scheme=scheme)
+    assert (got == ref).float().mean() >= 0.999
+    assert (got - ref).abs().max() <= float(p.scale) * 1.0001
+    pc = quant.calibrate(x, bits=bits, scheme=scheme, granularity="per_channel", axis=0)
+    ref = torch.fake_quantize_per_channel_affine(x, pc.scale.flatten(), pc.zero_point.flatten().to(torch.int32),
+                                                 0, pc.qmin, pc.qmax)
+    got = quant.fake_quantize(x, bits=bits, scheme=scheme, granularity="per_channel", axis=0)
+    assert (got == ref).float().mean() >= 0.999
+    assert ((got - ref).abs() <= pc.scale * 1.0001).all()
