@@ -24,7 +24,7 @@ from torch import nn
 
 from .device import amp_dtype
 from .models import Attention
-from .step import seeded, train_step
+from .step import LossFn, seeded, train_step
 from .train import evaluate, task_loss, to_device, warmup_cosine
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
@@ -200,14 +200,16 @@ def op_output_dtypes(device: torch.device | str, dtype: torch.dtype,
 
 
 def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,
-                 device: torch.device | str, lr: float = 1e-4) -> Callable[[], None]:
-    """A zero-argument full training step (forward, backward, optimizer) for timing."""
+                 device: torch.device | str, lr: float = 1e-4,
+                 loss_fn: LossFn | None = None) -> Callable[[], None]:
+    """A zero-argument full training step (forward, backward, optimizer: ``step.train_step``)
+    for timing; ``loss_fn`` defaults to cross-entropy on the labels."""
     prec, device = precision(precision_name), torch.device(device)
     model.to(device).train()
     batch = to_device(batch, device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     scaler = make_scaler(device) if prec.use_scaler else None
-    loss_fn = task_loss("classification")
+    loss_fn = loss_fn or task_loss("classification")
 
     def step() -> None:
         train_step(model, batch, opt, device=device, dtype=prec.dtype, scaler=scaler,

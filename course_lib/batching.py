@@ -17,6 +17,9 @@ gives every rank the same number of steps (DDP waits forever for a rank with few
   shuffle the batches. Little padding, yet no long-to-short sawtooth inside an epoch.
 - ``TokenBudgetBatchSampler``: batches whose cost, batch size x longest length, stays within
   ``max_tokens`` (fairseq's ``--max-tokens``).
+- ``NoisySortBatchSampler``: a full sort on length with fresh noise every epoch: nearly the
+  full sort's padding, yet the batches change from epoch to epoch (``kept_batch_mates``
+  measures how much).
 """
 from __future__ import annotations
 
@@ -246,3 +249,42 @@ def make_loader(dataset, *, batch_size: int, bucketed: bool = True, shuffle: boo
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                       generator=torch.Generator().manual_seed(seed))
+
+
+class NoisySortBatchSampler(_PlannedBatchSampler):
+    """Sort the whole epoch on ``log(length) + U(-noise, noise)``, ties broken at random, cut
+    into batches, shuffle the batches. ``noise`` 0 is the full sort's padding with new batches
+    among equal lengths each epoch; 0.01 lets sequences within about 1% of each other's length
+    trade places too: more new batch-mates every epoch for a little more padding."""
+
+    def __init__(self, lengths: Sequence[int], *, batch_size: int, noise: float = 0.01,
+                 drop_last: bool = False, seed: int = 0, generator: torch.Generator | None = None):
+        super().__init__(lengths, drop_last=drop_last, shuffle=True, seed=seed,
+                         generator=generator)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not noise >= 0:
+            raise ValueError(f"noise must be >= 0 (in log-length units), got {noise}")
+        self.batch_size, self.noise = batch_size, noise
+        self._log = torch.tensor(self.lengths, dtype=torch.float64).log()
+
+    def _full(self, batch):
+        return len(batch) == self.batch_size
+
+    def _plan(self):
+        perm = torch.randperm(len(self.lengths), generator=self.generator)   # ties: at random
+        u = torch.rand(len(self.lengths), generator=self.generator, dtype=torch.float64)
+        order = perm[torch.argsort(self._log[perm] + self.noise * (2 * u - 1), stable=True)].tolist()
+        return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
+
+def kept_batch_mates(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> float:
+    """How alike two epochs' batches are: for each item, the share of its batch-mates in ``a``
+    that share its batch again in ``b``, averaged over items with batch-mates. 1: the same
+    batches (a full sort); about ``batch_size / n``: independent random batches."""
+    where = {i: k for k, batch in enumerate(b) for i in batch}
+    shares = [sum(where.get(j) == where.get(i) for j in batch if j != i) / (len(batch) - 1)
+              for batch in a if len(batch) > 1 for i in batch]
+    if not shares:
+        raise ValueError("a has no batch of two or more items")
+    return sum(shares) / len(shares)

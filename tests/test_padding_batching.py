@@ -239,3 +239,49 @@ def test_random_batches_cover_every_index_once_and_follow_the_seed():
     assert [i for x in a for i in x] == want
     with pytest.raises(ValueError, match="batch_size"):
         random_batches(3, batch_size=0, seed=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 500), min_size=2, max_size=300), st.integers(1, 17),
+       st.floats(0, 1), st.booleans(), st.integers(0, 99))
+def test_noisy_sort_covers_every_index_once_per_epoch(lengths, bs, noise, drop_last, seed):
+    from course_lib.batching import NoisySortBatchSampler
+    s = NoisySortBatchSampler(lengths, batch_size=bs, noise=noise, drop_last=drop_last, seed=seed)
+    for _ in range(2):
+        batches = list(s)
+        if drop_last:
+            flat = [i for b in batches for i in b]
+            assert all(len(b) == bs for b in batches) and len(flat) == len(set(flat))
+            assert len(flat) == len(lengths) // bs * bs
+        else:
+            _check_epoch(batches, len(lengths))
+
+
+def test_noisy_sort_at_zero_noise_pads_like_the_full_sort_and_still_changes_batches():
+    from course_lib.batching import NoisySortBatchSampler, kept_batch_mates, uniform_length_batches
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 60, (2000,), generator=g).tolist()   # many ties, as in the corpus
+    s = NoisySortBatchSampler(lengths, batch_size=16, noise=0.0, seed=0)
+    e1, e2 = list(s), list(s)
+    full = uniform_length_batches(lengths, batch_size=16)
+    # the same sorted lengths cut at the same places: the same widths, the same efficiency
+    assert batches_efficiency(lengths, e1) == pytest.approx(batches_efficiency(lengths, full))
+    assert len(s) == len(full)
+    assert kept_batch_mates(e1, e2) < 0.9          # ties are broken afresh every epoch
+    assert kept_batch_mates(full, full) == 1.0
+    # more noise: more mixing, more padding
+    loud = NoisySortBatchSampler(lengths, batch_size=16, noise=0.5, seed=0)
+    l1, l2 = list(loud), list(loud)
+    assert kept_batch_mates(l1, l2) < kept_batch_mates(e1, e2)
+    assert batches_efficiency(lengths, l1) < batches_efficiency(lengths, e1)
+    with pytest.raises(ValueError, match="noise"):
+        NoisySortBatchSampler(lengths, batch_size=16, noise=-0.1)
+
+
+def test_kept_batch_mates_by_hand():
+    from course_lib.batching import kept_batch_mates
+    assert kept_batch_mates([[0, 1], [2, 3]], [[1, 0], [3, 2]]) == 1.0
+    assert kept_batch_mates([[0, 1], [2, 3]], [[0, 1], [2], [3]]) == 0.5
+    assert kept_batch_mates([[0, 1, 2]], [[0, 1], [2]]) == pytest.approx((1 / 2 + 1 / 2 + 0) / 3)
+    with pytest.raises(ValueError, match="two or more"):
+        kept_batch_mates([[0], [1]], [[0, 1]])
