@@ -100,6 +100,19 @@ def loader(name: str, data, lengths: Sequence[int], cfg: StrategyConfig, *, seed
     return DataLoader(data, batch_sampler=s, collate_fn=collate)
 
 
+def collated_efficiency(batches: Sequence[dict]) -> float:
+    """Real / processed tokens of collated batches, counted from the tensors themselves (what a
+    timing loop actually ran): the mask's True cells (packing: slots holding a review) over
+    every cell."""
+    real = processed = 0
+    for b in batches:
+        cells = b["seq_ids"] >= 0 if "seq_ids" in b else b["attention_mask"]
+        real, processed = real + int(cells.sum()), processed + cells.numel()
+    if not processed:
+        raise ValueError("batches must hold at least one token")
+    return real / processed
+
+
 def forward(model: torch.nn.Module, name: str, batch: dict) -> torch.Tensor:
     """The model's outputs for one batch of the strategy (packed: one per review)."""
     if name == "packing":
