@@ -82,6 +82,15 @@ def multiply_call(r: Estimate, *, band: tuple[float, float] = MULTIPLY_BAND) -> 
     return "inconclusive"
 
 
+def combined_call(calls: Sequence[str]) -> str:
+    """Several stacks' ``multiply_call``s as one: "not true" if any is, "roughly true" if all
+    are, else "inconclusive"."""
+    if not calls:
+        raise ValueError("calls must not be empty")
+    return ("not true" if "not true" in calls else
+            "roughly true" if set(calls) == {"roughly true"} else "inconclusive")
+
+
 def target_call(e: Estimate, target: float) -> str:
     """A speed-up target in words: "met", "not met" or "inconclusive" (``Rule`` ``>=``)."""
     return {"holds": "met", "fails": "not met", "inconclusive": "inconclusive"}[

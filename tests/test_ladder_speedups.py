@@ -70,3 +70,11 @@ def test_the_multiply_check_and_the_targets_reach_every_outcome():
     assert S.target_call(Estimate(16.0, math.inf, 1.0), 15) == "inconclusive"
     assert S.fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 0.4"
     assert S.fmt(Estimate(12.34, math.inf, 1.0)) == "12.3× (one sample)"
+
+
+def test_combined_call_reaches_every_outcome():
+    assert S.combined_call(["roughly true", "roughly true"]) == "roughly true"
+    assert S.combined_call(["roughly true", "not true"]) == "not true"
+    assert S.combined_call(["roughly true", "inconclusive"]) == "inconclusive"
+    with pytest.raises(ValueError, match="calls"):
+        S.combined_call([])
