@@ -1,12 +1,15 @@
-"""Run a lesson with papermill, and get through a kernel reply that never comes.
+"""Run a lesson with papermill, and get through a kernel reply that the client misses.
 
-nbclient sometimes waits for an ``execute_reply`` the kernel never sends (nbclient issue 312;
-seen here about once in 30-40 lesson runs, on widget cells): the kernel is idle, the client
-waits, and only the cell timeout (minutes) ends it. ``StallAwareClient`` watches for the moment
-the kernel reports the cell finished (its ``idle`` status on IOPub); if no reply follows within
-``stall_grace`` seconds it raises ``KernelStall``. ``execute_notebook`` then runs the notebook
-once more from the start, saying so, so a lost message costs seconds instead of a red CI run.
-A cell that is merely slow is unaffected: the kernel is busy, not idle.
+nbclient sometimes waits for an ``execute_reply`` that has already arrived (nbclient issue
+312): the kernel is idle, the reply sits in the shell socket (``zmq.EVENTS`` says readable),
+but the asyncio poll that should wake the client never fires, so only the cell timeout
+(minutes) ends the wait. Here it hit lesson 07's widget cell in 3 of 4 smoke runs (many widget
+messages on IOPub at the moment the reply lands). ``StallAwareClient`` watches for the moment
+the kernel reports the cell finished (its ``idle`` status on IOPub); if the reply has not come
+``poll_interval`` seconds later it reads the shell socket directly, which finds a reply whose
+wake-up was missed. If nothing arrives within ``stall_grace`` seconds the reply is truly lost:
+it raises ``KernelStall`` and ``execute_notebook`` runs the notebook once more from the start,
+saying so. A cell that is merely slow is unaffected: the kernel is busy, not idle.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import zmq
+from jupyter_core.utils import ensure_async
 from traitlets import Float
 
 ENGINE = "course-stall-aware"
@@ -31,10 +36,43 @@ def _client_class():
     class StallAwareClient(PapermillNotebookClient):
         stall_grace = Float(20.0, help="seconds to wait for the reply once the kernel is idle"
                             ).tag(config=True)
+        poll_interval = Float(0.5, help="seconds between direct reads of the shell socket"
+                              ).tag(config=True)
 
         def _reply_future(self, msg_id, cell, timeout, output_done, kernel_alive):
             return asyncio.ensure_future(super()._async_poll_for_reply(
                 msg_id, cell, timeout, output_done, kernel_alive))
+
+        async def _read_missed_reply(self, msg_id, reply):
+            """Wait up to ``stall_grace`` for ``reply``; whenever the shell socket holds a
+            message that ``reply`` did not wake up for, stop ``reply`` and read the socket
+            here instead. Returns the reply message, or None when nothing came."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.stall_grace
+            shell = self.kc.shell_channel
+            while (left := deadline - loop.time()) > 0:
+                if reply.cancelled():
+                    await asyncio.sleep(min(self.poll_interval, left))
+                else:
+                    try:
+                        return await asyncio.wait_for(asyncio.shield(reply),
+                                                      min(self.poll_interval, left))
+                    except asyncio.TimeoutError:
+                        pass
+                if not shell.socket.get(zmq.EVENTS) & zmq.POLLIN:
+                    continue
+                if not reply.cancelled():   # a message is waiting: read it here, not there
+                    reply.cancel()
+                    try:
+                        return await reply   # it finished in between after all
+                    except asyncio.CancelledError:
+                        pass
+                while shell.socket.get(zmq.EVENTS) & zmq.POLLIN:
+                    msg = await ensure_async(shell.get_msg(timeout=1))
+                    if msg["parent_header"].get("msg_id") == msg_id:
+                        return msg
+            reply.cancel()
+            return None
 
         async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg,
                                         task_poll_kernel_alive):
@@ -43,15 +81,14 @@ def _client_class():
             done, _ = await asyncio.wait({reply, task_poll_output_msg},
                                          return_when=asyncio.FIRST_COMPLETED)
             if reply not in done:   # the kernel said idle: the reply is due now
-                try:
-                    return await asyncio.wait_for(asyncio.shield(reply), self.stall_grace)
-                except asyncio.TimeoutError:
-                    reply.cancel()
+                msg = await self._read_missed_reply(msg_id, reply)
+                if msg is None:
                     task_poll_kernel_alive.cancel()
                     first_line = (cell.source.splitlines() or [""])[0][:60]
                     raise KernelStall(f"the kernel finished a cell ({first_line!r}) but its "
-                                      f"reply did not arrive within {self.stall_grace:g} s"
-                                      ) from None
+                                      f"reply did not arrive within {self.stall_grace:g} s")
+                task_poll_kernel_alive.cancel()
+                return msg
             return reply.result()
 
     return StallAwareClient

@@ -1,5 +1,6 @@
-"""The stall-aware runner: a lost kernel reply is noticed within the grace period (not the cell
-timeout), the notebook runs once more, and a slow cell is not mistaken for a stall."""
+"""The stall-aware runner: a reply whose wake-up was missed (still in the shell socket) is read
+directly, with no rerun; a reply truly lost is noticed within the grace period (not the cell
+timeout) and the notebook runs once more; a slow cell is not mistaken for a stall."""
 import asyncio
 import time
 
@@ -17,8 +18,10 @@ def _notebook(path, *sources):
     return path
 
 
-def _dropping_factory(drops: list[int]):
-    """A client that loses the reply of the cell marked DROP_REPLY, ``drops[0]`` times."""
+def _dropping_factory(drops: list[int], *, lose: bool = True):
+    """A client whose reply poll for the cell marked DROP_REPLY never returns, ``drops[0]``
+    times. ``lose=True`` also takes the reply out of the shell socket (a lost message);
+    ``lose=False`` leaves it there (the missed wake-up seen in lesson 07)."""
     def factory():
         base = runner._client_class()
 
@@ -26,10 +29,30 @@ def _dropping_factory(drops: list[int]):
             def _reply_future(self, msg_id, cell, timeout, output_done, kernel_alive):
                 if "DROP_REPLY" in cell.source and drops[0] > 0:
                     drops[0] -= 1
-                    return asyncio.get_running_loop().create_future()   # never completes
+                    shell = self.kc.shell_channel
+
+                    async def never():
+                        if lose:
+                            msg = await shell.get_msg(timeout=timeout)
+                            assert msg["parent_header"]["msg_id"] == msg_id
+                        await asyncio.Event().wait()
+                    return asyncio.ensure_future(never())
                 return super()._reply_future(msg_id, cell, timeout, output_done, kernel_alive)
         return Dropping
     return factory
+
+
+@pytest.mark.timeout(120)
+def test_a_missed_wake_up_is_read_from_the_socket_without_a_rerun(tmp_path, monkeypatch):
+    nb = _notebook(tmp_path / "in.ipynb", "x = 1", "# DROP_REPLY\ny = x + 1", "print(y)")
+    drops = [3]
+    monkeypatch.setattr(runner, "CLIENT_FACTORY", _dropping_factory(drops, lose=False))
+    said = []
+    assert runner.execute_notebook(nb, tmp_path / "out.ipynb", cell_timeout=100,
+                                   stall_grace=30.0, log=said.append) == 0
+    assert said == [] and drops == [2]     # the one poll that missed it, no second run
+    out = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    assert out.cells[-1].outputs[0]["text"].strip() == "2"
 
 
 @pytest.mark.timeout(120)
