@@ -62,7 +62,7 @@ class MemoryEstimate:
 
 def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim: int,
                    backward: bool = False, causal: bool = False, bytes_per_element: int = 4,
-                   block_size: int = 128) -> MemoryEstimate:
+                   block_size: int = 128, recompute: bool = False) -> MemoryEstimate:
     """The memory model of the lesson (counts of live tensors, not allocator details).
 
     * naive, forward: scores and probabilities, ``2 S``, plus the output ``A``;
@@ -74,11 +74,17 @@ def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim
     * tiled (plain torch): two tiles of ``block x block`` per (batch, head), the output
       blocks, their concatenation, the scaled query blocks and the running sums (``4 A``).
       Under autograd each computed tile's scores and probabilities stay saved (``2 S``,
-      halved when causal skips the upper tiles), unless ``recompute=True``.
+      halved when causal skips the upper tiles), unless ``recompute=True``: then the backward
+      pass recomputes one band of ``block`` query rows at a time, whose scores and probabilities
+      (``block x L`` each) are live with the output, its gradient, the gradients of q, k, v and
+      the running sums: ``2 bands + 6 A``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     _positive(head_dim=head_dim, block_size=block_size)
+    if recompute and not (method == "tiled" and backward):
+        raise ValueError("recompute=True applies only to method='tiled' with backward=True, got "
+                         f"method={method!r}, backward={backward}")
     s = score_matrix_bytes(batch, heads, length, bytes_per_element=bytes_per_element)
     a = batch * heads * length * head_dim * bytes_per_element
     if method == "naive":
@@ -88,7 +94,10 @@ def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim
         peak, text = (6 * a + lse, "6 A + B·H·L·4") if backward else (a + lse, "A + B·H·L·4")
     else:
         tile = batch * heads * min(block_size, length) ** 2 * bytes_per_element
-        if backward:
+        if backward and recompute:
+            band = batch * heads * min(block_size, length) * length * bytes_per_element
+            peak, text = 2 * band + 6 * a, "2 bands (block × L) + 6 A (recomputed)"
+        elif backward:
             saved = s if causal else 2 * s
             peak, text = saved + 5 * a, ("S" if causal else "2 S") + " + 5 A (every tile saved)"
         else:

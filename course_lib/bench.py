@@ -23,6 +23,20 @@ from dataclasses import dataclass
 import torch
 
 
+def forward_call(model: torch.nn.Module, *inputs: torch.Tensor,
+                 context: Callable[[], object] | None = None) -> Callable[[], object]:
+    """A no-argument function that runs ``model(*inputs)`` in inference mode (inside
+    ``context()`` when given: an attention kernel, an autocast): what ``compare`` times when
+    the alternatives are models."""
+    def run():
+        with torch.inference_mode():
+            if context is None:
+                return model(*inputs)
+            with context():
+                return model(*inputs)
+    return run
+
+
 def synchronize(device: torch.device | str | None = None) -> None:
     kind = torch.device(device).type if device is not None else None
     if (kind in (None, "cuda")) and torch.cuda.is_available():

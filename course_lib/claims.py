@@ -155,11 +155,25 @@ _CLAIMS = [
           "08_ddp",
           Rule("the largest parameter difference between DDP and one process trained on the "
                "same global batch (a model DDP changes must differ from it)", ">=", 1e-3)),
+    Claim("ddp_shortens_training", "004",
+          "分布式训练就像在一个庞大的计算机网络中同时训练多个模型。它可以显著缩短训练时间……",
+          "Distributed training markedly shortens training time.",
+          "08_ddp",
+          Rule("speed of a DDP step on this machine's ranks ÷ the fastest single process, same "
+               "global batch and steps (per-round ratio, rounds interleaved)", ">=", 1.2)),
+    Claim("multicore_speeds_up", "004",
+          "并行化利用多核CPU、GPU或TPU等并行计算架构，可以同时处理多个任务，显著加快训练和推理速度。",
+          "Parallelism over multi-core CPUs (or GPUs, TPUs) markedly speeds up training.",
+          "08_ddp",
+          Rule("speed of a training step of one process using every CPU core ÷ the same step on "
+               "one thread (per-round ratio, rounds interleaved)", ">=", 1.2)),
     Claim("sparse_attention_cuts_compute", "004",
           "优化注意力机制的计算，如使用稀疏注意力……可以大幅减少计算复杂度并降低内存消耗。",
           "Sparse attention greatly reduces the computation (and memory) of attention.",
           "09_attention",
-          Rule("SDPA's time with a sliding-window mask ÷ its time without a mask", "<=", 0.5)),
+          Rule("time of a kernel that skips the window's masked tiles (FlexAttention's block "
+               "mask where it runs, else the course's tiled kernel) ÷ dense SDPA's time without a "
+               "mask, same inputs, interleaved", "<=", 0.5)),
     Claim("optimizations_keep_accuracy", "004",
           "优化通常不会显著降低模型精度，甚至可能会通过减少过拟合来提高精度。",
           "Optimization usually does not significantly lower accuracy, and may even raise it.",

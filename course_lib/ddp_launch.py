@@ -45,8 +45,12 @@ class DistributedRunError(RuntimeError):
 
 def torchrun_command(worker_args: Sequence[str] = (), *, nproc: int = 2, nnodes: int = 1,
                      node_rank: int = 0, rdzv_endpoint: str | None = None,
-                     rdzv_id: str = "course", module: str = WORKER) -> list[str]:
-    """The torchrun command line: ``--standalone`` on one node, c10d rendezvous on several."""
+                     rdzv_id: str = "course", module: str = WORKER,
+                     as_torchrun: bool = False) -> list[str]:
+    """The torchrun command line: ``--standalone`` on one node, c10d rendezvous on several.
+    It starts with this interpreter (``python -m torch.distributed.run``, what ``launch``
+    runs); ``as_torchrun=True`` starts it with ``torchrun``, the same program as it is typed
+    on another machine."""
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     if nnodes < 1 or not 0 <= node_rank < nnodes:
@@ -54,7 +58,7 @@ def torchrun_command(worker_args: Sequence[str] = (), *, nproc: int = 2, nnodes:
                          f"got nnodes={nnodes}, node_rank={node_rank}")
     if nnodes > 1 and not rdzv_endpoint:
         raise ValueError("rdzv_endpoint (HOST:PORT of node 0) is required when nnodes > 1")
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    cmd = ["torchrun"] if as_torchrun else [sys.executable, "-m", "torch.distributed.run"]
     if nnodes == 1 and rdzv_endpoint is None:
         cmd += ["--standalone"]   # a local rendezvous on a free port
     else:

@@ -34,6 +34,19 @@ def _available(kind: str) -> bool:
     return bool(mps and mps.is_available())
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("Intel(R) Xeon(R) Processor"), else what
+    ``platform`` knows (often only the architecture, "x86_64")."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def cpu_flags() -> set[str]:
     """CPU feature flags from /proc/cpuinfo (empty set where that file does not exist)."""
     try:
@@ -66,7 +79,7 @@ def capabilities(device: torch.device | str | None = None) -> Capabilities:
     device = torch.device(device) if device is not None else pick_device()
     flags = cpu_flags()
     avx_bf16, amx = "avx512_bf16" in flags, bool({"amx_bf16", "amx_tile"} & flags)
-    cc, name = None, platform.processor() or platform.machine()
+    cc, name = None, cpu_model()
     bf16 = avx_bf16 or amx
     fp16 = False
     if device.type == "cuda":

@@ -19,8 +19,9 @@ from torch import nn
 
 from . import bench
 from .quant import quantize_dynamic_int8
+from .verdicts import Rule, paired_ratio
 
-__all__ = ["feed_forward_block", "int8_speedups", "first_width_reaching"]
+__all__ = ["feed_forward_block", "int8_speedups", "first_width_holding"]
 
 
 def feed_forward_block(width: int, *, seed: int = 0) -> nn.Module:
@@ -36,7 +37,8 @@ def feed_forward_block(width: int, *, seed: int = 0) -> nn.Module:
 def int8_speedups(widths: Sequence[int], batches: Sequence[int], *, tokens: int = 64,
                   warmup: int = 2, repeats: int = 5, seed: int = 0) -> list[dict]:
     """One row per (width, batch): FP32 and int8 median milliseconds (CPU) and the speed-up
-    (FP32 time / int8 time; above 1 means int8 is faster)."""
+    (mean of the per-repeat ratios FP32 time / int8 time, above 1 means int8 is faster) with
+    its standard error and degrees of freedom."""
     if not widths or not batches:
         raise ValueError("widths and batches must each hold at least one value")
     if tokens < 1:
@@ -50,30 +52,27 @@ def int8_speedups(widths: Sequence[int], batches: Sequence[int], *, tokens: int 
             if batch < 1:
                 raise ValueError(f"batches must be >= 1, got {batch}")
             x = torch.randn(batch, tokens, width, generator=gen)
-
-            def run(m, x=x):
-                def f():
-                    with torch.inference_mode():
-                        m(x)
-                return f
-            res = bench.compare({"fp32": run(fp32), "int8": run(int8)}, warmup=warmup,
+            res = bench.compare({"fp32": bench.forward_call(fp32, x),
+                                 "int8": bench.forward_call(int8, x)}, warmup=warmup,
                                 repeats=repeats, device="cpu")
+            ratio = paired_ratio(res["fp32"]["timing"].samples, res["int8"]["timing"].samples)
             rows.append({"width": width, "batch": batch,
                          "fp32_ms": res["fp32"]["timing"].median * 1e3,
                          "int8_ms": res["int8"]["timing"].median * 1e3,
-                         "speedup": res["int8"]["speedup"]})
+                         "speedup": ratio.value, "se": ratio.se, "dof": ratio.dof})
     return rows
 
 
-def first_width_reaching(rows: list[dict], *, batch: int, target: float) -> int | None:
-    """The smallest width at which int8 reached ``target`` speed-up at ``batch`` and kept it at
-    every wider width measured; None if it never did."""
-    at = sorted((r["width"], r["speedup"]) for r in rows if r["batch"] == batch)
+def first_width_holding(rows: list[dict], *, batch: int, rule: Rule) -> int | None:
+    """The smallest width from which ``rule`` holds on the speed-up at ``batch`` (its interval
+    clears the threshold) at that width and every wider one measured; None if the widest does
+    not hold. A width whose interval straddles the threshold stops the run: not proven."""
+    at = sorted((r["width"], r) for r in rows if r["batch"] == batch)
     if not at:
         raise ValueError(f"no rows measured at batch {batch}")
     found = None
-    for width, speedup in reversed(at):
-        if speedup < target:
+    for width, r in reversed(at):
+        if rule.judge(r["speedup"], r["se"], r["dof"]) != "holds":
             break
         found = width
     return found

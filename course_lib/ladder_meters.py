@@ -57,12 +57,7 @@ def rung_context(rung: Rung, device: torch.device) -> Callable:
 
 
 def forward_fn(model, rung: Rung, ids: torch.Tensor, mask: torch.Tensor) -> Callable:
-    context = rung_context(rung, ids.device)
-
-    def run():
-        with torch.inference_mode(), context():
-            return model(ids, mask)
-    return run
+    return bench.forward_call(model, ids, mask, context=rung_context(rung, ids.device))
 
 
 def typical_batch(zoo: ModelZoo, inputs: Inputs, rung: Rung, size: int):

@@ -97,6 +97,7 @@ def target_call(e: Estimate, target: float) -> str:
         Rule("speed-up", ">=", target).judge(e.value, e.se, e.dof)]
 
 
-def fmt(e: Estimate) -> str:
-    """``12.3× ± 0.4`` (standard error), or ``12.3× (one sample)``."""
-    return f"{e.value:,.1f}× ± {e.se:.1f}" if math.isfinite(e.se) else f"{e.value:,.1f}× (one sample)"
+def fmt(e: Estimate, *, digits: int = 1) -> str:
+    """``12.3× ± 0.4`` (standard error), or ``12.3× (one sample)``; ``digits`` after the point."""
+    v = f"{e.value:,.{digits}f}×"
+    return f"{v} ± {e.se:.{digits}f}" if math.isfinite(e.se) else f"{v} (one sample)"

@@ -49,17 +49,11 @@ def compare_int8_weight_only(model: torch.nn.Module, batches: dict[str, tuple[to
     name16 = str(dtype).replace("torch.", "")
     models = {name16: g16, "torchao int8 weight-only": g8}
 
-    def runner(m, ids, mask):
-        def run():
-            with torch.inference_mode():
-                m(ids, mask)
-        return run
-
     rows = {k: {} for k in models}
     speedup = {}
     for b, (ids, mask) in batches.items():
         ids, mask = ids.to(device), mask.to(device)
-        res = bench.compare({k: runner(m, ids, mask) for k, m in models.items()}, warmup=warmup,
+        res = bench.compare({k: bench.forward_call(m, ids, mask) for k, m in models.items()}, warmup=warmup,
                             repeats=repeats, device=device, rotate=True)
         for k in models:
             rows[k][f"{b}_ms"] = res[k]["timing"].median * 1e3

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
 import os
 import re
 import subprocess
@@ -129,8 +130,37 @@ def load_gpu_runs(directory: Path = GPU_RUNS) -> dict[str, dict]:
     return runs
 
 
+def fmt_value(value: float | None, unit: str = "") -> str:
+    """A value as a reader wants it: bytes in MiB, no "-0", small numbers in e-notation,
+    thousands separated."""
+    if value is None or not math.isfinite(value):
+        return "–" if value is None else str(value)
+    if unit == "bytes":
+        return f"{value / 2**20:,.2f} MiB"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    if value != 0 and abs(value) < 1e-3:
+        text = f"{value:.2e}"
+    elif abs(value) >= 1e4:
+        text = f"{value:,.0f}"
+    else:
+        text = f"{value:.4g}"
+    text = "0" if text in ("-0", "-0.0") else text
+    return f"{text} {unit}" if unit and unit not in ("count", "x") else text + ("×" if unit == "x" else "")
+
+
 def _value(r: dict) -> str:
-    return f"{r['value']:.4g}" + (f" ({r['device']})" if r.get("device") else "")
+    return fmt_value(r["value"], r.get("unit", "")) + (f" ({r['device']})" if r.get("device") else "")
+
+
+def _measured(v: dict, c) -> str:
+    """``value ± half-width`` of the verdict's 95% interval (Student's t for its dof)."""
+    if v.get("value") is None:
+        return "–"
+    se, dof = v.get("se") or 0.0, v.get("dof") or math.inf
+    half = c.rule.margin(se, dof) if math.isfinite(se) else math.inf
+    return fmt_value(v["value"]) + ("" if half == 0 else " ± ∞" if math.isinf(half)
+                                    else f" ± {fmt_value(half)}")
 
 
 def claims_html(results: dict[str, dict]) -> str:
@@ -147,16 +177,32 @@ def claims_html(results: dict[str, dict]) -> str:
         verdict = v["outcome"] if v else f"not judged here: needs {skip['needs']}" if skip else "not run"
         where = f"{hw.get('device', '?')} ({hw.get('device_name', '?')})" if v else "–"
         evidence = v["evidence"] if v else skip["reason"] if skip else "–"
+        rule = f"{c.rule.quantity} {'≥' if c.rule.direction == '>=' else '≤'} {c.rule.threshold:g}"
         rows.append(f"<tr><td>{html.escape(c.original)}<br><i>{html.escape(c.english)}</i></td>"
                     f"<td>{c.article}</td><td>{html.escape(stem)}</td>"
+                    f"<td>{html.escape(rule)}</td><td>{_measured(v, c) if v else '–'}</td>"
                     f"<td>{html.escape(evidence)}</td>"
                     f"<td class='{verdict.replace(' ', '_')}'><b>{verdict}</b></td>"
                     f"<td>{html.escape(where)}</td></tr>")
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
             "written beside each claim (<code>course_lib.claims</code>) from numbers measured in "
-            "this run.</p><table><tr><th>claim (original, English)</th><th>article</th>"
-            "<th>lesson</th><th>evidence</th><th>verdict</th><th>hardware</th></tr>"
+            "this run (value ± the half-width of its 95% interval).</p><table><tr>"
+            "<th>claim (original, English)</th><th>article</th><th>lesson</th><th>rule</th>"
+            "<th>value</th><th>evidence</th><th>verdict</th><th>hardware</th></tr>"
             + "".join(rows) + "</table>")
+
+
+def skipped_html(results: dict[str, dict]) -> str:
+    """Every section a lesson skipped on this machine, with what it needs and why."""
+    rows = [(stem, s) for stem, data in sorted(results.items()) for s in data.get("skipped", [])]
+    if not rows:
+        return "<h2>Skipped sections</h2><p>None: every section ran on this machine.</p>"
+    return ("<h2>Skipped sections</h2><p>Sections that need other hardware (a CUDA GPU, several "
+            "GPUs, torchao, a compiler) and did not run here.</p><table><tr><th>lesson</th>"
+            "<th>section</th><th>needs</th><th>why</th></tr>"
+            + "".join(f"<tr><td>{html.escape(stem)}</td><td>{html.escape(s['section'])}</td>"
+                      f"<td>{html.escape(s['needs'])}</td><td>{html.escape(s['reason'])}</td></tr>"
+                      for stem, s in rows) + "</table>")
 
 
 def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, str]],
@@ -173,6 +219,7 @@ def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, st
     if LADDER in results:
         parts.append(ladder_html(results[LADDER]))
     parts.append(f"<h2>Hardware (this machine)</h2><table>{_rows(hardware_rows())}</table>")
+    parts.append(skipped_html(results))
     for gpu, run in (gpu_runs or {}).items():
         parts.append(f"<h2>Stored GPU run: {html.escape(gpu)}</h2><p>Its results appear beside "
                      f"this machine's in every table below (results/gpu/).</p>"
@@ -189,12 +236,11 @@ def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, st
                   for gpu, run in (gpu_runs or {}).items()}
         parts.append("<table><tr><th>result</th><th>this machine</th>"
                      + "".join(f"<th>{html.escape(g)}</th>" for g in others)
-                     + "<th>unit</th></tr>")
+                     + "</tr>")
         for r in data["results"]:
             cells = "".join(f"<td>{_value(o[r['name']]) if r['name'] in o else '–'}</td>"
                             for o in others.values())
-            parts.append(f"<tr><td>{html.escape(r['name'])}</td><td>{_value(r)}</td>{cells}"
-                         f"<td>{html.escape(r['unit'])}</td></tr>")
+            parts.append(f"<tr><td>{html.escape(r['name'])}</td><td>{_value(r)}</td>{cells}</tr>")
         parts.append("</table>")
     failed = [s for s, (ok, _, _) in runs.items() if not ok and s not in results]
     for stem in failed:

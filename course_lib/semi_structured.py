@@ -92,14 +92,8 @@ def measure_2_4(model: nn.Module, test_loader, batch: tuple[torch.Tensor, torch.
     acc = {name: evaluate(m, test_loader, device=device, autocast_dtype=dtype)["accuracy"]
            for name, m in (("dense", dense), ("2:4", sparse))}
     ids, mask = (t.to(device) for t in batch)
-
-    def forward(m):
-        def run():
-            with torch.inference_mode():
-                m(ids, mask)
-        return run
-
-    t = bench.compare({"dense": forward(dense), "2:4": forward(sparse)}, warmup=warmup,
+    t = bench.compare({"dense": bench.forward_call(dense, ids, mask),
+                       "2:4": bench.forward_call(sparse, ids, mask)}, warmup=warmup,
                       repeats=repeats, device=device, rotate=True)
     return {"accuracy_dense": acc["dense"], "accuracy_2_4": acc["2:4"],
             "speedup": t["2:4"]["speedup"], "timings": t}

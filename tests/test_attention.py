@@ -138,6 +138,14 @@ def test_memory_model_matches_hand_computation():
     assert sdpa.peak_extra < est.peak_extra / 100
     with pytest.raises(ValueError, match="method"):
         M.predict_memory(method="fast", batch=1, heads=1, length=4, head_dim=4)
+    # recomputation: one band of 128 query rows x 4096 keys (scores, probabilities) + 6 A, by hand
+    rc = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64, backward=True,
+                          recompute=True)
+    assert rc.peak_extra == 2 * 8 * 128 * 4096 * 4 + 6 * 8 * 4096 * 64 * 4
+    saved = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64, backward=True)
+    assert rc.peak_extra < saved.peak_extra / 5
+    with pytest.raises(ValueError, match="recompute"):
+        M.predict_memory(method="sdpa", batch=1, heads=1, length=4, head_dim=4, recompute=True)
     with pytest.raises(ValueError, match="length"):
         M.score_matrix_bytes(1, 1, 0)
 

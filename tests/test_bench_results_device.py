@@ -146,3 +146,29 @@ def test_timing_flags_a_spread_larger_than_its_median():
     busy = Timing((0.010, 0.011, 0.050, 0.090, 0.012))
     assert not calm.noisy and "noisy" not in str(calm)
     assert busy.spread > busy.median and busy.noisy and "noisy" in str(busy)
+
+
+def test_forward_call_runs_the_model_in_inference_mode_inside_the_context():
+    import contextlib
+
+    from torch import nn
+
+    from course_lib import bench
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, a, b):
+            seen.append(torch.is_inference_mode_enabled())
+            return a + b
+
+    @contextlib.contextmanager
+    def ctx():
+        seen.append("enter")
+        yield
+        seen.append("exit")
+
+    a, b = torch.ones(2), torch.arange(2.0)
+    assert torch.equal(bench.forward_call(Probe(), a, b)(), a + b) and seen == [True]
+    seen.clear()
+    bench.forward_call(Probe(), a, b, context=ctx)()
+    assert seen == ["enter", True, "exit"]

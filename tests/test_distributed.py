@@ -191,3 +191,12 @@ def test_a_transient_torchrun_failure_is_launched_again(tmp_path, capsys):
     assert info.value.transient and info.value.rank is None
     with pytest.raises(ValueError, match="retries"):
         launch([], nproc=1, retries=-1)
+
+
+def test_torchrun_command_as_typed_elsewhere():
+    import sys
+    here = torchrun_command(["--steps", 5], nproc=4)
+    typed = torchrun_command(["--steps", 5], nproc=4, as_torchrun=True)
+    assert here[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert typed[0] == "torchrun" and typed[1:] == here[3:]      # the same arguments
+    assert typed[1:5] == ["--standalone", "--nproc_per_node", "4", "-m"]

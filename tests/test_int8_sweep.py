@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from course_lib.int8_sweep import feed_forward_block, first_width_reaching, int8_speedups
+import math
+
+from course_lib.int8_sweep import feed_forward_block, first_width_holding, int8_speedups
+from course_lib.verdicts import Rule
 
 
 def test_feed_forward_block_shape_and_seed():
@@ -17,17 +20,23 @@ def test_feed_forward_block_shape_and_seed():
 def test_sweep_rows_cover_every_case():
     rows = int8_speedups([8, 16], [1, 2], tokens=4, warmup=0, repeats=1)
     assert [(r["width"], r["batch"]) for r in rows] == [(8, 1), (8, 2), (16, 1), (16, 2)]
-    for r in rows:
+    for r in rows:   # one repeat: the ratio of the two single timings, with no measurable noise
         assert r["speedup"] == pytest.approx(r["fp32_ms"] / r["int8_ms"])
+        assert math.isinf(r["se"]) and r["dof"] == 1
     with pytest.raises(ValueError, match="batches"):
         int8_speedups([8], [0], warmup=0, repeats=1)
 
 
-def test_first_width_needs_every_wider_width_to_hold():
-    rows = [{"width": w, "batch": 32, "speedup": s} for w, s in
-            ((64, 0.8), (128, 1.6), (256, 1.2), (512, 1.7), (1024, 2.0))]
-    assert first_width_reaching(rows, batch=32, target=1.5) == 512     # 128 dips back at 256
-    assert first_width_reaching(rows, batch=32, target=3.0) is None
-    assert first_width_reaching(rows, batch=32, target=0.5) == 64
+def test_first_width_needs_every_wider_width_to_hold_with_its_noise():
+    rule = Rule("speed-up", ">=", 1.2)
+    rows = [{"width": w, "batch": 32, "speedup": s, "se": se, "dof": 9} for w, s, se in
+            ((64, 0.8, 0.05), (128, 1.6, 0.05), (256, 1.25, 0.1), (512, 1.7, 0.05),
+             (1024, 2.0, 0.05))]
+    # 256 straddles 1.2 (1.25 +- 2.26 x 0.1): 128 holding alone does not make the run
+    assert first_width_holding(rows, batch=32, rule=rule) == 512
+    rows[2]["se"] = 0.01                                         # now 256 clears it too
+    assert first_width_holding(rows, batch=32, rule=rule) == 128
+    assert first_width_holding(rows, batch=32, rule=Rule("speed-up", ">=", 3.0)) is None
+    assert first_width_holding(rows, batch=32, rule=Rule("speed-up", ">=", 0.5)) == 64
     with pytest.raises(ValueError, match="batch 1"):
-        first_width_reaching(rows, batch=1, target=1.5)
+        first_width_holding(rows, batch=1, rule=rule)

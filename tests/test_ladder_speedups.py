@@ -70,6 +70,7 @@ def test_the_multiply_check_and_the_targets_reach_every_outcome():
     assert S.target_call(Estimate(16.0, math.inf, 1.0), 15) == "inconclusive"
     assert S.fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 0.4"
     assert S.fmt(Estimate(12.34, math.inf, 1.0)) == "12.3× (one sample)"
+    assert S.fmt(Estimate(1.234, 0.041, 3.0), digits=2) == "1.23× ± 0.04"
 
 
 def test_combined_call_reaches_every_outcome():

@@ -1,3 +1,4 @@
+import html
 import json
 
 import pytest
@@ -16,7 +17,7 @@ def test_summary_lists_hardware_every_result_and_failures():
     runs = {"00_welcome": (True, 12.0, ""), "11_capstone": (True, 50.0, ""),
             "05_pruning": (False, 3.0, "RuntimeError: boom")}
     page = summary_html(results, runs)
-    assert "torch threads" in page and "baseline_test_accuracy" in page and "0.93" in page
+    assert "torch threads" in page and "baseline_test_accuracy" in page and "93.0%" in page
     # the ladder's lesson comes first among the lessons
     assert page.index("<h2><a href='notebooks/11_capstone") < page.index("<h2><a href='notebooks/00_welcome")
     assert "RuntimeError: boom" in page
@@ -79,9 +80,9 @@ def test_gpu_run_is_stored_and_shown_beside_this_machine(tmp_path):
     here = {"04_mixed_precision": _payload("04_mixed_precision", "cpu", 41.5)}
     page = summary_html(here, {}, runs)
     assert "<th>NVIDIA Fake 100</th>" in page
-    assert "<td>41.5 (cpu)</td><td>3.25 (cuda)</td>" in page
+    assert "<td>41.5 ms (cpu)</td><td>3.25 ms (cuda)</td>" in page
     assert "Stored GPU run: NVIDIA Fake 100" in page
-    assert "<th>result</th><th>this machine</th><th>unit</th>" in summary_html(here, {}, {})
+    assert "<th>result</th><th>this machine</th></tr>" in summary_html(here, {}, {})
 
 
 def test_save_gpu_run_refuses_cpu_results_and_empty_folders(tmp_path):
@@ -157,3 +158,37 @@ def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
     row = row[:row.index("</tr>")]
     assert "<b>not judged here: needs cuda</b>" in row and "0.07x FP32" in row
     assert claims.count("<b>not run</b>") == len(CLAIMS) - 1
+
+
+def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
+    from course_lib.claims import CLAIMS, judge
+    from course_lib.verdicts import t_quantile
+
+    v = judge("quantization_raises_throughput", 1.5, se=0.1, dof=4, evidence="int8 at 1.5x (cpu)")
+    page = summary_html({"07_quantization": {"notebook": "07_quantization", "smoke": False,
+                                             "hardware": {"device": "cpu"}, "results": [],
+                                             "verdicts": [v.as_dict()]}}, {})
+    row = page[page.index(CLAIMS["quantization_raises_throughput"].original):]
+    row = row[:row.index("</tr>")]
+    assert "≥ 1.2" in row and html.escape(CLAIMS["quantization_raises_throughput"].rule.quantity) in row
+    assert f"1.5 ± {t_quantile(0.975, 4) * 0.1:.4g}" in row          # t with 4 dof, not 2 SE
+
+
+def test_values_are_formatted_with_their_units():
+    from course_lib.report import fmt_value
+
+    assert fmt_value(2_478_000, "bytes") == "2.36 MiB"
+    assert fmt_value(-0.0, "points") == "0 points" and fmt_value(-1e-9) == "-1.00e-09"
+    assert fmt_value(1.2345, "x") == "1.234×" and fmt_value(123456, "params") == "123,456 params"
+    assert fmt_value(None) == "–" and fmt_value(0.9234, "fraction") == "92.3%"
+
+
+def test_skipped_sections_are_listed_with_their_reason():
+    from course_lib.results import Recorder
+
+    rec = Recorder("09_attention", smoke=False)
+    rec.skip("flex_attention", needs="compiler", reason="no C compiler on this machine")
+    page = summary_html({"09_attention": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
+    part = page[page.index("Skipped sections"):]
+    assert "flex_attention" in part and "no C compiler on this machine" in part
+    assert "None: every section ran" in summary_html({}, {})
