@@ -5,7 +5,7 @@ every index appears exactly once per epoch (unless ``drop_last``). Randomness co
 ``torch.Generator`` (or ``seed``); each ``__iter__`` draws a new epoch, ``set_epoch(e)``
 reseeds with ``seed + e`` (as ``DistributedSampler`` does) so that every rank draws the same
 plan. To shard an epoch across processes (lesson 08), wrap any of them in
-``distributed.ShardedBatchSampler``: one place decides which rank gets which batch, and it
+``ddp_setup.ShardedBatchSampler``: one place decides which rank gets which batch, and it
 gives every rank the same number of steps (DDP waits forever for a rank with fewer).
 
 - ``UniformLengthBatchSampler``: sort by length, cut into batches ("uniform length batching",

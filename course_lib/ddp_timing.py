@@ -9,6 +9,8 @@ batch for the same steps; only how the work is spread differs.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -35,9 +37,13 @@ def interleaved_step_times(worker_args: Sequence[str], *, nproc: int, cores: int
     args = [str(a) for a in worker_args]
     cfg = parse_args(args)[0]
     big = replace(cfg, batch_size=cfg.batch_size * nproc)
+
+    def quiet(c):   # the worker logs its steps; here only the step time matters
+        with contextlib.redirect_stdout(io.StringIO()):
+            return train(c)["median_step_s"]
     configs = {
-        "1 process, 1 thread": lambda: train(replace(big, threads=1))["median_step_s"],
-        f"1 process, {cores} threads": lambda: train(replace(big, threads=cores))["median_step_s"],
+        "1 process, 1 thread": lambda: quiet(replace(big, threads=1)),
+        f"1 process, {cores} threads": lambda: quiet(replace(big, threads=cores)),
         f"DDP, {nproc} ranks": lambda: launch(["--mode", "train", "--backend", "gloo", *args],
                                               nproc=nproc, timeout=timeout,
                                               echo=False)["median_step_s"],

@@ -12,8 +12,8 @@ import torch
 from course_lib.data import load_corpus
 from course_lib.ddp_launch import (DistributedRunError, launch, ring_allreduce_seconds,
                                    scaling_model, torchrun_command)
-from course_lib.distributed import (DRY_RUN, ShardedBatchSampler, WorkerConfig, make_loader,
-                                    parse_args, resolve_backend, run_training)
+from course_lib.ddp_setup import ShardedBatchSampler, resolve_backend
+from course_lib.distributed import DRY_RUN, WorkerConfig, make_loader, parse_args, run_training
 
 
 def test_backend_auto_and_bad_names():

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import floats
+from course_lib import float_torch, floats
 from course_lib.floats import FORMATS
 
 STORED = [n for n, f in FORMATS.items() if f.dtype is not None]
@@ -41,8 +41,8 @@ def test_bit_round_trip_matches_torch_bit_view(name, data):
 @settings(max_examples=300, deadline=None)
 @given(x=st.floats(width=32, allow_nan=False, allow_infinity=False))
 def test_rounding_matches_torch_conversion(name, x):
-    ours, torchs = floats.encode(x, name), floats.torch_bits(x, name)
-    if name == "fp8_e4m3" and floats.torch_e4m3_overflow() == "nan" and \
+    ours, torchs = floats.encode(x, name), float_torch.torch_bits(x, name)
+    if name == "fp8_e4m3" and float_torch.torch_e4m3_overflow() == "nan" and \
             floats.classify(torchs, name) == "nan":
         # a torch in OCP's non-saturating mode: only values beyond the range may differ, and
         # there we saturate to the largest finite value, as the saturating mode says
@@ -52,7 +52,7 @@ def test_rounding_matches_torch_conversion(name, x):
 
 
 def test_e4m3_overflow_mode_is_one_of_ocps_two(monkeypatch):
-    assert floats.torch_e4m3_overflow() in ("saturates", "nan")
+    assert float_torch.torch_e4m3_overflow() in ("saturates", "nan")
     assert floats.decode(floats.encode(1000.0, "fp8_e4m3"), "fp8_e4m3") == 448.0   # ours saturates
     real = torch.Tensor.to
 
@@ -60,12 +60,12 @@ def test_e4m3_overflow_mode_is_one_of_ocps_two(monkeypatch):
         out = real(t, *a, **k)
         return out if out.dtype != torch.float8_e4m3fn else real(torch.full_like(t, math.nan), *a, **k)
     monkeypatch.setattr(torch.Tensor, "to", nan_mode)
-    assert floats.torch_e4m3_overflow() == "nan"
+    assert float_torch.torch_e4m3_overflow() == "nan"
 
 
 @pytest.mark.parametrize("name", STORED)
 def test_derived_table_equals_finfo(name):
-    for what, (derived, torch_says) in floats.check_finfo(name).items():
+    for what, (derived, torch_says) in float_torch.check_finfo(name).items():
         assert derived == torch_says, (name, what)
 
 
@@ -96,7 +96,7 @@ def test_tf32_hand_computed_cases():
     assert floats.round_to("3.14159", "tf32") == 3.140625
     x = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 3.14159, math.inf, -2.5e-3])
     want = [floats.round_to(float(v), "tf32") for v in x[[0, 1, 2, 4]]]
-    got = floats.simulate_tf32(x)
+    got = float_torch.simulate_tf32(x)
     assert got[[0, 1, 2, 4]].tolist() == want and got[3] == math.inf
     assert (got.view(torch.int32)[[0, 1, 2, 4]] & 0x1FFF == 0).all()
 
@@ -114,8 +114,8 @@ def test_store_reports_error_of_the_decimal():
 
 def test_running_sum_stalls_in_fp16():
     v = torch.full((4096,), 1e-4)
-    assert abs(floats.running_sum(v, "fp32")[-1].item() - 0.4096) < 1e-3
-    assert floats.running_sum(v, "fp16")[-1].item() < 0.3
+    assert abs(float_torch.running_sum(v, "fp32")[-1].item() - 0.4096) < 1e-3
+    assert float_torch.running_sum(v, "fp16")[-1].item() < 0.3
 
 
 def test_bad_input_gives_clear_errors():
@@ -128,8 +128,8 @@ def test_bad_input_gives_clear_errors():
     with pytest.raises(ValueError, match="no infinity"):
         floats.encode(math.inf, "fp8_e4m3")
     with pytest.raises(ValueError, match="torch dtype"):
-        floats.check_finfo("tf32")
+        float_torch.check_finfo("tf32")
     with pytest.raises(ValueError, match="bits must be in"):
         floats.decode(1 << 16, "fp16")
     with pytest.raises(ValueError, match="float32"):
-        floats.simulate_tf32(torch.ones(2, dtype=torch.float64))
+        float_torch.simulate_tf32(torch.ones(2, dtype=torch.float64))

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.models import (EncoderClassifier, EncoderConfig, apply_rotary, build_model,
-                               count_parameters, padding_mask, rotary_tables)
+from course_lib.models import (EncoderClassifier, EncoderConfig, build_model, count_parameters,
+                               padding_mask)
+from course_lib.positions import apply_rotary, rotary_tables
 
 
 def tiny(**kw):
@@ -140,7 +141,7 @@ def test_positions_none_makes_the_model_blind_to_word_order():
 
 
 def test_alibi_bias_and_slopes_match_hand_computation():
-    from course_lib.models import alibi_bias, alibi_slopes
+    from course_lib.positions import alibi_bias, alibi_slopes
     b = alibi_bias(3, torch.tensor([1.0, 0.25]))
     hand = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
     assert b.shape == (1, 2, 3, 3)

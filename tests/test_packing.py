@@ -46,7 +46,7 @@ def test_bin_packers_cover_and_fit(lengths, max_len):
 @given(st.lists(st.integers(1, 100), min_size=1, max_size=300), st.integers(1, 5),
        st.integers(1, 3))
 def test_packing_sampler_epoch_and_ranks(lengths, rows, replicas):
-    from course_lib.distributed import ShardedBatchSampler
+    from course_lib.ddp_setup import ShardedBatchSampler
 
     samplers = [ShardedBatchSampler(PackingBatchSampler(lengths, max_len=128, rows_per_batch=rows,
                                                         megabatch_size=50, seed=3),

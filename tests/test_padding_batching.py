@@ -164,7 +164,7 @@ def test_sharded_samplers_give_every_rank_the_same_steps(lengths, bs, replicas, 
     """Each rank builds the sampler with the same seed and wraps it: equal batch counts on every
     rank (unequal counts deadlock DDP), and together the ranks cover the epoch: exactly once
     with drop_last (the remainder dropped), at least once without (the first batches repeat)."""
-    from course_lib.distributed import ShardedBatchSampler
+    from course_lib.ddp_setup import ShardedBatchSampler
 
     def make():
         if kind == "bucket":

@@ -1,0 +1,84 @@
+"""What each DDP rank settles before it trains (lesson 08): its process-group backend, its CPU
+threads, and its share of the batches.
+
+``course_lib.distributed`` (the worker torchrun starts) uses all three; they live apart so that
+each can be read, and tested, on its own.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["BACKENDS", "resolve_backend", "auto_threads", "ShardedBatchSampler"]
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def resolve_backend(backend: str = "auto", *, local_world_size: int = 1) -> str:
+    """The process-group backend for ``local_world_size`` ranks on this machine.
+
+    nccl gives every rank a GPU of its own (rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``), so
+    ``auto`` picks it only when there are at least as many GPUs as local ranks; otherwise gloo,
+    which runs on the CPU. (Two ranks on a one-GPU Colab with nccl would call
+    ``set_device("cuda:1")`` and crash.) Asking for nccl without enough GPUs is an error.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if local_world_size < 1:
+        raise ValueError(f"local_world_size must be >= 1, got {local_world_size}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if gpus >= local_world_size else "gloo"
+    if backend == "nccl" and gpus < local_world_size:
+        raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank: {local_world_size} "
+                         f"rank(s) on this machine, {gpus} GPU(s); use 'gloo' (or 'auto')")
+    return backend
+
+
+def auto_threads(local_world_size: int) -> int:
+    """CPU threads per process: the cores shared out, so N processes never oversubscribe."""
+    if local_world_size < 1:
+        raise ValueError(f"local_world_size must be >= 1, got {local_world_size}")
+    return max(1, (os.cpu_count() or 1) // local_world_size)
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Rank ``rank`` of ``num_replicas`` gets batches ``rank, rank + N, rank + 2N, ...``.
+
+    Wraps any batch sampler (e.g. ``BucketBatchSampler``) that every rank builds with the same
+    seed. Every rank must take the same number of steps (else DDP waits forever for the
+    missing rank's gradients): ``drop_last`` drops the last ``len % N`` batches (shares are
+    disjoint), otherwise the first batches are repeated to pad (shares cover everything, as in
+    ``DistributedSampler``).
+    """
+
+    def __init__(self, batch_sampler, *, num_replicas: int, rank: int, drop_last: bool = False):
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}")
+        self.batch_sampler, self.num_replicas, self.rank = batch_sampler, num_replicas, rank
+        self.drop_last = drop_last
+
+    def _per_rank(self, n: int) -> int:
+        return n // self.num_replicas if self.drop_last else -(-n // self.num_replicas)
+
+    def __len__(self) -> int:
+        return self._per_rank(len(self.batch_sampler))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # The count comes from the plan being iterated: a sampler whose epochs differ in
+        # length (token budgets) would otherwise be cut by the next epoch's count.
+        batches = list(self.batch_sampler)
+        total = self._per_rank(len(batches)) * self.num_replicas
+        if total > len(batches):
+            batches += (batches * (total // max(1, len(batches)) + 1))[:total - len(batches)]
+        return iter(batches[self.rank:total:self.num_replicas])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Passed on to the wrapped sampler, so every rank draws the same epoch's plan."""
+        if hasattr(self.batch_sampler, "set_epoch"):
+            self.batch_sampler.set_epoch(epoch)
