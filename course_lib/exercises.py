@@ -12,10 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-class ExerciseNotDone(Exception):
-    pass
-
-
 def check(name: str, test: Callable[[], None], *, strict: bool = False) -> None:
     """Run ``test`` (which asserts); print the outcome in one line.
 

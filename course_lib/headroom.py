@@ -69,7 +69,7 @@ def rule_table(breakdowns: dict[str, dict[str, dict[str, float]]]) -> str:
 @dataclass(frozen=True)
 class LessonRecipes:
     """The lessons' default knobs that the six figures depend on (kept equal to the notebooks'
-    parameters cells by ``tests/test_headroom.py``)."""
+    parameters cells by ``tests/test_bow_headroom.py``)."""
 
     distill_steps: int = 800          # lesson 06's reference run (StudentRecipe.steps)
     distill_batch: int = 32           # lesson 06 BATCH

@@ -119,13 +119,6 @@ def encoder_mask(seq_ids: torch.Tensor) -> torch.Tensor:
     return block_mask(seq_ids).unsqueeze(1)
 
 
-def unpack(values: torch.Tensor, seq_ids: torch.Tensor, n_seqs: int) -> list[torch.Tensor]:
-    """Per-sequence slices of a packed (R, L, ...) tensor, in sequence order."""
-    flat_ids = seq_ids.reshape(-1)
-    flat = values.reshape(flat_ids.numel(), *values.shape[2:])
-    return [flat[flat_ids == k] for k in range(n_seqs)]
-
-
 def pool_packed(h: torch.Tensor, seq_ids: torch.Tensor, n_seqs: int) -> torch.Tensor:
     """Mean of each sequence's token states: (R, L, D) -> (N, D), padding excluded."""
     flat_ids = seq_ids.reshape(-1)

@@ -67,13 +67,6 @@ class Collate:
                 "n_truncated": torch.tensor(cut)}
 
 
-def token_efficiency(mask: torch.Tensor) -> float:
-    """Real tokens / processed tokens of a padded batch (1.0 = no padding)."""
-    if mask.numel() == 0:
-        raise ValueError("mask must not be empty")
-    return float(mask.sum()) / mask.numel()
-
-
 def fixed_length(seqs: Sequence[torch.Tensor], *, max_length: int, pad_id: int = 0
                  ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Pad or truncate every sequence to exactly ``max_length`` (the "pad to 512" recipe).
