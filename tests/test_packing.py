@@ -5,8 +5,14 @@ from hypothesis import strategies as st
 
 from course_lib.models import build_model
 from course_lib.packing import (PackedCollate, PackingBatchSampler, block_mask, pack,
-                                pack_best_fit, pack_greedy, packed_forward, packed_task_loss,
-                                unpack)
+                                pack_best_fit, pack_greedy, packed_forward, packed_task_loss)
+
+def unpack(values, seq_ids, n_seqs):
+    """The test's own inverse of packing: each sequence's slice, read back by its seq id."""
+    flat_ids = seq_ids.reshape(-1)
+    flat = values.reshape(flat_ids.numel(), *values.shape[2:])
+    return [flat[flat_ids == k] for k in range(n_seqs)]
+
 
 LENGTHS = st.lists(st.integers(1, 64), min_size=1, max_size=60)
 
