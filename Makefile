@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu report clean install
+.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu widget-times report clean install
 
 install: $(STAMP)
 
@@ -77,6 +77,12 @@ test-nbval: $(STAMP)
 # build/browser/. Skips with the reason when chromium or playwright is missing.
 test-browser: $(STAMP)
 	$(BIN)/python -m pytest -q tests/browser -m browser
+
+# Widget response times at learner defaults: every lesson run in full in JupyterLab (about as
+# long as make report), each widget moved; build/browser/widget_times.json. ONLY="04_ or 05_"
+# picks lessons (a pytest -k expression).
+widget-times: $(STAMP)
+	BROWSER_FULL=1 BROWSER_RUN_TIMEOUT=600 $(BIN)/python -m pytest -q -s tests/browser -m browser $(if $(ONLY),-k "$(ONLY)")
 
 report: $(STAMP)
 	$(BIN)/python -m course_lib.report --out build

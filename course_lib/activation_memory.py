@@ -20,9 +20,14 @@ from .optim import memory_per_parameter
 __all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width"]
 
 
-def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> int:
+def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *,
+                           autocast_dtype: torch.dtype | None = None) -> int:
     """Bytes of the tensors a training forward pass of ``model`` on (``ids``, ``mask``) saves
-    for backward, each storage once, parameters excluded. The model is left as it was."""
+    for backward, each storage once, parameters excluded. The model is left as it was.
+
+    ``autocast_dtype``: the forward runs under ``torch.amp.autocast`` with it (on ``ids``'s
+    device type); the low-precision copies autocast makes of the weights are saved for backward
+    too, and counted here, since they are not the parameters' own storage."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -36,7 +41,9 @@ def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tens
     was_training = model.training
     model.train()
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.amp.autocast(device_type=ids.device.type, dtype=autocast_dtype or torch.float32,
+                                   enabled=autocast_dtype is not None):
             out = model(ids, mask)
         del out   # the graph (and what it saved) is freed here; nothing runs backward
     finally:

@@ -199,6 +199,14 @@ def op_output_dtypes(device: torch.device | str, dtype: torch.dtype,
     return [(k, from32[k], fromlow[k]) for k in from32]
 
 
+def autocast_policy(from32: str, fromlow: str, low: str) -> str:
+    """What autocast does with an operation, read from ``op_output_dtypes``'s two columns (the
+    output dtype from FP32 inputs and from ``low`` inputs, e.g. "bfloat16")."""
+    if from32 == low:
+        return f"casts to {low}"
+    return "forces FP32" if fromlow == "float32" else "follows its inputs"
+
+
 def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,
                  device: torch.device | str, lr: float = 1e-4,
                  loss_fn: LossFn | None = None) -> Callable[[], None]:

@@ -109,6 +109,12 @@ _CLAIMS = [
           "FP16 greatly speeds up training.",
           "04_mixed_precision",
           Rule("training-step speed-up of FP16 autocast over FP32 on this device", ">=", 1.2)),
+    Claim("fp16_saves_memory", "000",
+          "所以Fp16可以提高內存節省",
+          "FP16 saves memory.",
+          "04_mixed_precision",
+          Rule("training memory (FP32 parameter state + stored activations) under FP16 autocast "
+               "÷ in FP32, counted exactly, on the teacher's own training batch", "<=", 0.8)),
     Claim("fp16_bad_for_regression", "000",
           "對于回歸這種需要精確數值的任務Fp16的表現并不好。",
           "FP16 does badly on regression, which needs precise values.",
@@ -120,6 +126,18 @@ _CLAIMS = [
           "05_pruning",
           Rule("test accuracy change after pruning 20% of the weights (points)", ">=",
                -PRUNE_TOLERANCE)),
+    Claim("pruning_shrinks_model", "004",
+          "去除冗余的参数和连接，可以大幅减小模型大小",
+          "Pruning redundant weights greatly shrinks the model.",
+          "05_pruning",
+          Rule("checkpoint bytes (torch.save of the state_dict) of the article's pruned model "
+               "(random 20% per layer, as its snippet leaves it) ÷ the dense model's", "<=", 0.8)),
+    Claim("pruning_cuts_compute", "004",
+          "去除冗余的参数和连接，可以大幅减小……计算复杂度",
+          "Pruning redundant weights greatly cuts the computation.",
+          "05_pruning",
+          Rule("inference speed-up of the article's pruned model over the dense one (batch 32, "
+               "interleaved repeats, mean of paired ratios)", ">=", 1.2)),
     Claim("distillation_keeps_accuracy", "004",
           "利用预训练的大型Transformer模型，我们可以将知识迁移到更小的学生模型中，从而实现高效推理。",
           "Distillation moves the big model's knowledge into a smaller student, for efficient "

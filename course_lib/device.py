@@ -70,6 +70,7 @@ class Capabilities:
     cpu_avx512_bf16: bool
     cpu_amx: bool
     threads: int
+    cpu_fp16: bool = False  # avx512_fp16 or amx_fp16: FP16 arithmetic on the CPU (else converted)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +90,7 @@ def capabilities(device: torch.device | str | None = None) -> Capabilities:
     elif device.type == "mps":
         name, bf16, fp16 = "Apple GPU (MPS)", False, True
     return Capabilities(device.type, name, torch.__version__, cc, bf16, fp16, avx_bf16, amx,
-                        torch.get_num_threads())
+                        torch.get_num_threads(), bool({"avx512_fp16", "amx_fp16"} & flags))
 
 
 def amp_dtype(device: torch.device | str | None = None) -> torch.dtype | None:
@@ -111,6 +112,7 @@ def report(device: torch.device | str | None = None) -> list[tuple[str, str]]:
             # faster here is a measurement (lesson 00 times a bf16 matmul against FP32).
             ("bf16 instructions", str(c.bf16_fast)), ("fp16 tensor cores", str(c.fp16_fast)),
             ("CPU avx512_bf16", str(c.cpu_avx512_bf16)), ("CPU AMX", str(c.cpu_amx)),
+            ("CPU fp16 (avx512_fp16/amx_fp16)", str(c.cpu_fp16)),
             ("torch threads", str(c.threads)), ("CPU cores", str(os.cpu_count())),
             ("python", platform.python_version())]
 

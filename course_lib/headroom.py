@@ -105,25 +105,17 @@ def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRec
 
 
 def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float, float]:
-    """Lesson 04's regression check in FP32, with the lesson's own calls (``amp.amp_train``,
-    ``amp.evaluate_amp``): mean MAE over seeds, and its ratio to the MAE of predicting the
-    training mean (below 1: the model learned something)."""
-    from .amp import amp_train, evaluate_amp
-    from .models import build_model
+    """Lesson 04's regression check in FP32, with the lesson's own call
+    (``precision_regression.run``): mean MAE over seeds, and its ratio to the MAE of
+    predicting the training mean (below 1: the model learned something)."""
+    from . import precision_regression as pr
 
     easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0),
                        scale=recipes.reg_scale)
-    test = make_loader(easy.test, batch_size=64, shuffle=False, max_length=recipes.reg_length)
-    maes = []
-    for seed in seeds:
-        m = build_model(len(easy.vocab), preset="student", n_outputs=1, seed=seed)
-        loader = make_loader(easy.train, batch_size=16, seed=seed, max_length=recipes.reg_length)
-        amp_train(m, loader, precision_name="fp32", steps=recipes.reg_steps, lr=2e-3,
-                  task="regression", seed=seed)
-        maes.append(evaluate_amp(m, test, task="regression", precision_name="fp32")["mae"])
-    mean = sum(r.rating for r in easy.train.reviews) / len(easy.train)
-    mean_mae = sum(abs(r.rating - mean) for r in easy.test.reviews) / len(easy.test)
-    return statistics.mean(maes), statistics.mean(maes) / mean_mae
+    runs = pr.run(easy, recipes=["fp32"], seeds=seeds, steps=recipes.reg_steps,
+                  length=recipes.reg_length)["fp32"]
+    mae = pr.mean_mae(runs)
+    return mae, mae / pr.predict_mean_mae(easy)[1]
 
 
 def main(argv: list[str] | None = None) -> None:

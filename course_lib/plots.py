@@ -130,3 +130,17 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
     fig.supxlabel("ladder rungs: " + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
                   fontsize=7)
     return fig
+
+
+def sparsity_bars(report: Sequence[dict], *, ax, title: str = "") -> None:
+    """One bar per weight tensor of a ``pruning.sparsity_report``: its share of zeros (grey:
+    a tensor left unpruned)."""
+    names = [r["name"].replace("blocks.", "L").replace("attn.", "").replace("ff.", "")
+             .replace(".weight", "") for r in report]
+    ax.bar(range(len(report)), [r["sparsity"] for r in report],
+           color=["#4C72B0" if r["pruned"] else "#BBBBBB" for r in report])
+    ax.set_xticks(range(len(report)), names, rotation=90, fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share of weights that are zero")
+    ax.set_xlabel("weight tensor (grey: not pruned)")
+    ax.set_title(title)

@@ -11,40 +11,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from .quant import agreement, fake_quantize_model
-from .train import predict
-from .verdicts import Rule, paired_accuracy_change
+from .quant import fake_quantize_model
+from .scoring import Scored, compare_to, score
+from .verdicts import Rule
 
 __all__ = ["Scored", "score", "compare_to", "bit_sweep", "lowest_holding", "rounded_to_zero"]
-
-
-class Scored:
-    """A model's logits on the test loader (dataset order) and which reviews it got right."""
-
-    def __init__(self, logits: torch.Tensor, labels: torch.Tensor):
-        if logits.shape[0] != labels.shape[0]:
-            raise ValueError(f"logits hold {logits.shape[0]} rows but labels {labels.shape[0]}")
-        self.logits = logits
-        self.correct = (logits.argmax(-1) == labels).tolist()
-
-    @property
-    def accuracy(self) -> float:
-        return sum(self.correct) / len(self.correct)
-
-
-def score(model: nn.Module, loader, labels: torch.Tensor) -> Scored:
-    """Run ``model`` over ``loader`` (CPU) and score it against ``labels`` (dataset order)."""
-    logits, index = predict(model, loader)
-    return Scored(logits, labels[index])
-
-
-def compare_to(ref: Scored, other: Scored, rule: Rule) -> dict:
-    """Accuracy, agreement with ``ref``, the paired change in points with its standard error
-    and degrees of freedom, and ``rule``'s outcome on that change."""
-    change = paired_accuracy_change(ref.correct, other.correct)
-    return {"accuracy": other.accuracy, "agreement": agreement(other.logits, ref.logits),
-            "change": change.value, "se": change.se, "dof": change.dof,
-            "outcome": rule.judge(change.value, change.se, change.dof)}
 
 
 def bit_sweep(model: nn.Module, loader, labels: torch.Tensor, *, bits: Iterable[int],

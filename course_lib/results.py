@@ -70,10 +70,12 @@ class Recorder:
         self.results.append(entry)
         return value
 
-    def verdict(self, verdict) -> None:
-        """Store a ``course_lib.claims.Verdict`` (one per claim; a later one replaces it)."""
+    def verdict(self, verdict):
+        """Store a ``course_lib.claims.Verdict`` (one per claim; a later one replaces it) and
+        return it, so that a lesson can record and display in one line."""
         self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
         self.verdicts.append(verdict.as_dict())
+        return verdict
 
     def skip(self, section: str, *, needs: str, reason: str, claim: str | None = None) -> None:
         """Note that ``section`` did not run here because it ``needs`` other hardware; with

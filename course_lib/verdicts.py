@@ -81,6 +81,9 @@ class Rule:
             raise ValueError(f"se must be a number >= 0, got {se!r}")
         if dof is None or not dof > 0:
             raise ValueError(f"dof must be > 0, got {dof!r}")
+        if value is not None and math.isinf(value) and math.isfinite(se):
+            # An infinite measurement (a run that diverged) lies beyond any finite threshold.
+            return "holds" if (value > 0) == (self.direction == ">=") else "fails"
         if value is None or not math.isfinite(value) or not math.isfinite(se):
             return "inconclusive"
         m = self.margin(se, dof)

@@ -109,3 +109,34 @@ def test_evaluate_under_bf16_autocast_in_eval_mode():
     loader.dataset = DS(b)
     got = amp.evaluate_amp(tiny(n_outputs=1), loader, task="regression", precision_name="bf16")
     assert got["mae"] > 0 and torch.backends.mha.get_fastpath_enabled()
+
+
+def test_speed_by_batch_pairs_each_precision_with_fp32_and_counts_real_tokens():
+    from course_lib import amp_speed
+    batches = {4: toy_loader(1, batch=4)[0], 8: toy_loader(1, batch=8)[0]}
+    batches[8]["attention_mask"][:, 6:] = False          # half the positions are padding
+    rows = amp_speed.by_batch(tiny, batches, device="cpu", repeats=2, warmup=0)
+    assert [r["batch"] for r in rows] == [4, 8] and rows[1]["tokens"] == 8 * 6
+    for r in rows:
+        assert r["fp32"]["speedup"].value == 1.0 and r["fp32"]["speedup"].se == 0.0
+        for p in ("bf16", "fp16"):
+            assert r[p]["speedup"].dof == 1 and r[p]["speedup"].value > 0
+            # tokens/s and the median agree with each other
+            assert r[p]["tokens_per_s"] == pytest.approx(r["tokens"] / (r[p]["ms"] / 1e3))
+    assert amp_speed.tokens_per_second(batches[8], 0.5) == 96.0
+    with pytest.raises(ValueError, match="precisions must start"):
+        amp_speed.by_batch(tiny, batches, device="cpu", precisions=("bf16", "fp32"))
+    with pytest.raises(ValueError, match="precisions must be one of"):
+        amp_speed.by_batch(tiny, batches, device="cpu", precisions=("fp32", "fp8"))
+    with pytest.raises(ValueError, match=r"batches\[8\] holds 4"):
+        amp_speed.by_batch(tiny, {8: batches[4]}, device="cpu")
+
+
+def test_autocast_policy_reads_the_two_columns():
+    assert amp.autocast_policy("bfloat16", "bfloat16", "bfloat16") == "casts to bfloat16"
+    assert amp.autocast_policy("float32", "float32", "bfloat16") == "forces FP32"
+    assert amp.autocast_policy("float32", "bfloat16", "bfloat16") == "follows its inputs"
+    rows = {op: amp.autocast_policy(a, b, "bfloat16")
+            for op, a, b in amp.op_output_dtypes("cpu", torch.bfloat16)}
+    assert rows["linear"] == rows["matmul"] == "casts to bfloat16"   # autocast's whole point
+    assert rows["add"] == "follows its inputs"

@@ -42,6 +42,9 @@ def test_rule_boundaries_and_errors():
     assert r.judge(1.1, 0.04) == "fails" and r.judge(1.1, 0.06) == "inconclusive"
     lo = Rule("error", "<=", 0.0)
     assert lo.judge(0) == "holds" and lo.judge(1) == "fails"
+    # a diverged run (infinite error) is beyond any threshold; NaN or unknown noise decide nothing
+    assert r.judge(math.inf) == "holds" and lo.judge(math.inf) == "fails" and r.judge(-math.inf) == "fails"
+    assert r.judge(math.nan) == "inconclusive" and r.judge(math.inf, math.inf) == "inconclusive"
     assert "≥ 1.2" in r.text() and "Student's t" in r.text()
     with pytest.raises(ValueError, match="direction"):
         Rule("x", ">", 1.0)
@@ -68,7 +71,8 @@ def test_noise_helpers_match_hand_computations():
 def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
     rec = Recorder("01_padding", smoke=True)
     rec.verdict(judge("fixed_size_inputs", 1, evidence="first"))
-    rec.verdict(judge("fixed_size_inputs", 0, evidence="second"))
+    v = judge("fixed_size_inputs", 0, evidence="second")
+    assert rec.verdict(v) is v
     assert [v["evidence"] for v in rec.payload()["verdicts"]] == ["second"]
     assert rec.payload()["verdicts"][0]["outcome"] == "fails"
     with pytest.raises(ValueError, match="unit of 'speed' must be one of"):

@@ -6,6 +6,9 @@ of another test run) leaks in. It serves a temporary mirror of the repository in
 ``notebooks/`` holds smoke-mode copies of the lessons (papermill injects ``SMOKE = True``
 after the ``parameters`` cell, and the kernel inherits ``COURSE_SMOKE=1``); every other
 top-level entry is a symlink to the real one, so relative paths in the lessons still work.
+``BROWSER_FULL=1`` serves the lessons as they are instead, at learner defaults (``make
+widget-times``: minutes per lesson), so that the widget response times it records are the ones
+a learner meets.
 
 Chromium is Debian's ``/usr/bin/chromium`` (``CHROMIUM`` overrides it), driven by Python
 playwright; ``playwright install`` is never needed. Without either, every browser test is
@@ -32,6 +35,7 @@ NOTEBOOK_DIR = Path(os.environ.get("BROWSER_NOTEBOOKS_DIR", ROOT / "notebooks"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9]*.ipynb"))
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 SHOTS = Path(os.environ.get("BROWSER_SHOTS_DIR", ROOT / "build" / "browser"))
+FULL = os.environ.get("BROWSER_FULL") == "1"   # learner defaults instead of smoke copies
 CHROME_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Lab settings for the isolated user-settings folder: every cell in the DOM (no windowing, so
@@ -54,7 +58,13 @@ def _free_port() -> int:
 
 
 def _smoke_copy(src: Path, dst: Path) -> None:
-    """Write ``src`` to ``dst`` with smoke parameters injected (as the notebook tests do)."""
+    """Write ``src`` to ``dst`` with smoke parameters injected (as the notebook tests do); with
+    ``BROWSER_FULL=1``, unchanged."""
+    if FULL:
+        nb = nbformat.read(str(src), as_version=4)
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, str(dst))
+        return
     try:
         from papermill.iorw import load_notebook_node
         from papermill.parameterize import parameterize_notebook
@@ -156,7 +166,7 @@ def lab(tmp_path_factory) -> Lab:
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_STATIC", "JUPYTER_PATH")}
     env.update(JUPYTER_CONFIG_DIR=str(work / "config"), JUPYTER_DATA_DIR=str(work / "data"),
                JUPYTER_RUNTIME_DIR=str(work / "runtime"), IPYTHONDIR=str(work / "ipython"),
-               JUPYTER_PLATFORM_DIRS="1", COURSE_SMOKE="1",
+               JUPYTER_PLATFORM_DIRS="1", COURSE_SMOKE="0" if FULL else "1",
                COURSE_RESULTS_DIR=str(work / "results"), PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
            f"--port={port}", "--ServerApp.port_retries=0",
