@@ -184,6 +184,7 @@ def wait_output_changed(page, box, before: dict) -> tuple[dict, float]:
             first = time.monotonic() - t0
         if changed and now == last and page.locator(IDLE).count():
             return now, first
+        last = now
     raise AssertionError(f"the widget output did not change within {WIDGET_TIMEOUT_S:.0f} s "
                          f"(still: {before['text'][:200]!r})")
 
