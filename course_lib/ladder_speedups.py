@@ -18,7 +18,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from .verdicts import Estimate, Rule, paired_ratio
+from .verdicts import Estimate, Rule, fmt, paired_ratio  # noqa: F401  (fmt: re-exported)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
@@ -95,9 +95,3 @@ def target_call(e: Estimate, target: float) -> str:
     """A speed-up target in words: "met", "not met" or "inconclusive" (``Rule`` ``>=``)."""
     return {"holds": "met", "fails": "not met", "inconclusive": "inconclusive"}[
         Rule("speed-up", ">=", target).judge(e.value, e.se, e.dof)]
-
-
-def fmt(e: Estimate, *, digits: int = 1) -> str:
-    """``12.3× ± 0.4`` (standard error), or ``12.3× (one sample)``; ``digits`` after the point."""
-    v = f"{e.value:,.{digits}f}×"
-    return f"{v} ± {e.se:.{digits}f}" if math.isfinite(e.se) else f"{v} (one sample)"

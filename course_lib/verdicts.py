@@ -156,3 +156,10 @@ def difference_call(e: Estimate, *, confidence: float = 0.95) -> str:
     its degrees of freedom) excludes 0, else "within the noise"."""
     half = t_quantile(0.5 + confidence / 2, e.dof) * e.se
     return "within the noise" if not abs(e.value) > half else "a gain" if e.value > 0 else "a loss"
+
+
+def fmt(e: Estimate, *, digits: int = 1) -> str:
+    """A ratio estimate as the lessons print it: ``12.3× ± 0.4`` (standard error), or
+    ``12.3× (one sample)`` when the noise is unknown; ``digits`` after the point."""
+    v = f"{e.value:,.{digits}f}×"
+    return f"{v} ± {e.se:.{digits}f}" if math.isfinite(e.se) else f"{v} (one sample)"

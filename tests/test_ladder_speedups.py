@@ -4,7 +4,7 @@ import math
 import pytest
 
 from course_lib import ladder_speedups as S
-from course_lib.verdicts import Estimate, paired_ratio
+from course_lib.verdicts import Estimate, fmt, paired_ratio
 
 
 def _point(name, **samples):
@@ -68,9 +68,9 @@ def test_the_multiply_check_and_the_targets_reach_every_outcome():
     assert S.target_call(Estimate(10.0, 1.0, 10.0), 15) == "not met"
     assert S.target_call(Estimate(16.0, 1.0, 2.0), 15) == "inconclusive"
     assert S.target_call(Estimate(16.0, math.inf, 1.0), 15) == "inconclusive"
-    assert S.fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 0.4"
-    assert S.fmt(Estimate(12.34, math.inf, 1.0)) == "12.3× (one sample)"
-    assert S.fmt(Estimate(1.234, 0.041, 3.0), digits=2) == "1.23× ± 0.04"
+    assert fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 0.4"
+    assert fmt(Estimate(12.34, math.inf, 1.0)) == "12.3× (one sample)"
+    assert fmt(Estimate(1.234, 0.041, 3.0), digits=2) == "1.23× ± 0.04"
 
 
 def test_combined_call_reaches_every_outcome():
