@@ -220,3 +220,31 @@ def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int 
                          "ms": r["timing"].median * 1e3, "speedup": r["speedup"],
                          "device": torch.device(device).type, "dtype": dtype})
     return rows
+
+
+def ms_at(rows: list[dict], *, method: str, length: int) -> float:
+    """The median time (ms) of ``method`` at ``length`` in ``sweep``'s rows."""
+    for r in rows:
+        if r["method"] == method and r["length"] == length:
+            return r["ms"]
+    raise KeyError(f"no row for method={method!r}, length={length} in this sweep")
+
+
+def predict_case(case: dict) -> MemoryEstimate:
+    """``predict_memory`` for one ``measure_peaks`` case (its method, shape and options)."""
+    return predict_memory(method=case["method"], batch=case["batch"], heads=case["heads"],
+                          length=case["length"], head_dim=case["head_dim"],
+                          backward=case.get("backward", False), block_size=case["block_size"],
+                          recompute=case.get("recompute", False))
+
+
+def peak_of(cases: list[dict], peaks: list[int], *, method: str, length: int,
+            backward: bool = False, recompute: bool = False, window: int | None = None) -> int:
+    """The measured peak (bytes) of the case with these settings, from ``measure_peaks``'s
+    cases and results."""
+    for c, p in zip(cases, peaks, strict=True):
+        if (c["method"], c["length"], c.get("backward", False), c.get("recompute", False),
+                c.get("window")) == (method, length, backward, recompute, window):
+            return p
+    raise KeyError(f"no case measured for method={method!r}, length={length}, backward={backward}, "
+                   f"recompute={recompute}, window={window}")

@@ -92,3 +92,28 @@ def running_sum(values: torch.Tensor, fmt: str | FloatFormat) -> torch.Tensor:
         acc = round_tensor((acc + x).reshape(1), f)[0].double()
         out[i] = acc
     return out if f.name == "fp64" else out.float()
+
+
+def gradient_magnitudes(model: torch.nn.Module, loader, *, batches: int, loss_fn) -> torch.Tensor:
+    """|gradient| of every parameter, over the first ``batches`` batches of ``loader`` (one
+    backward each, from zeroed gradients; training mode), flattened, exact zeros dropped:
+    the values an FP16 gradient would have to represent (lesson 03's histogram)."""
+    if batches < 1:
+        raise ValueError(f"batches must be >= 1, got {batches}")
+    was_training = model.training
+    model.train()
+    grads = []
+    try:
+        for i, batch in enumerate(loader):
+            if i >= batches:
+                break
+            model.zero_grad(set_to_none=True)
+            loss_fn(model, batch).backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    if not grads:
+        raise ValueError("loader yielded no batch")
+    g = torch.cat(grads).abs()
+    return g[g > 0]

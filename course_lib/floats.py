@@ -269,3 +269,9 @@ def table() -> list[dict]:
              "smallest normal": f.smallest_normal, "smallest subnormal": f.smallest_subnormal,
              "decimal digits": round(f.decimal_digits, 2), "torch dtype": str(f.dtype or "none"),
              "note": f.note} for f in FORMATS.values()]
+
+
+def short(x: float) -> str:
+    """A format property in a table: 4 significant digits, or scientific notation for values
+    too small or too large to read that way (``floats.table``'s eps, max, subnormals)."""
+    return f"{x:.4g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"

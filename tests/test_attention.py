@@ -219,3 +219,20 @@ def test_the_flex_plan_skips_only_for_a_stated_reason():
     needs, why = flex_plan("cpu", compiler=(False, "no C++ compiler"))
     assert needs == "compiler" and "no C++ compiler" in why and needs in NEEDS
     assert flex_plan("cuda", compiler=(False, "x"))[0] == "cuda"
+
+
+def test_lookups_find_the_row_or_case_asked_for_and_name_what_is_missing():
+    from course_lib.attention_memory import ms_at, peak_of, predict_case, predict_memory
+    rows = [{"method": "naive", "length": 64, "ms": 1.5}, {"method": "sdpa", "length": 64, "ms": 0.5}]
+    assert ms_at(rows, method="sdpa", length=64) == 0.5
+    with pytest.raises(KeyError, match="method='tiled', length=64"):
+        ms_at(rows, method="tiled", length=64)
+    base = dict(batch=2, heads=4, head_dim=16, block_size=32)
+    cases = [dict(base, method="tiled", length=128), dict(base, method="tiled", length=128, backward=True),
+             dict(base, method="tiled", length=128, backward=True, recompute=True)]
+    assert peak_of(cases, [10, 20, 30], method="tiled", length=128, backward=True) == 20
+    assert peak_of(cases, [10, 20, 30], method="tiled", length=128, backward=True, recompute=True) == 30
+    with pytest.raises(KeyError, match="window=8"):
+        peak_of(cases, [10, 20, 30], method="tiled", length=128, window=8)
+    assert predict_case(cases[2]) == predict_memory(method="tiled", batch=2, heads=4, length=128, head_dim=16,
+                                                    backward=True, block_size=32, recompute=True)

@@ -133,3 +133,24 @@ def test_bad_input_gives_clear_errors():
         floats.decode(1 << 16, "fp16")
     with pytest.raises(ValueError, match="float32"):
         float_torch.simulate_tf32(torch.ones(2, dtype=torch.float64))
+
+
+def test_gradient_magnitudes_are_autograd_gradients_by_hand():
+    from torch import nn
+
+    from course_lib.float_torch import gradient_magnitudes
+    lin = nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0, -2.0]]))
+    batches = [torch.tensor([[1.0, 0.0, 2.0]]), torch.tensor([[0.5, 0.0, -1.0]]), torch.ones(1, 3)]
+    loss_fn = lambda m, x: m(x).sum()                 # d/dW = x: the gradient is the input itself
+    got = gradient_magnitudes(lin, batches, batches=2, loss_fn=loss_fn)
+    assert got.tolist() == [1.0, 2.0, 0.5, 1.0]       # zeros dropped, third batch not used
+    assert lin.weight.grad is None                    # left with no gradient
+    with pytest.raises(ValueError, match="batches must be"):
+        gradient_magnitudes(lin, batches, batches=0, loss_fn=loss_fn)
+
+
+def test_short_switches_to_scientific_outside_readable_range():
+    from course_lib.floats import short
+    assert short(65504.0) == "6.55e+04" and short(0.0009765625) == "9.766e-04" and short(1.5) == "1.5"
