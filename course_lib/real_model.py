@@ -53,15 +53,17 @@ def load_real_model(*, device: torch.device | str = "cpu"):
                           f"{EXTRA}") from err
 
 
-def course_sentences(*, min_words: int = 4, max_words: int = 60) -> list[str]:
+def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bool = False):
     """English sentences of the course library's docstrings (module, class and function),
     read from the installed ``course_lib`` package with ``ast``: the same text on every machine
-    that has the package, with a realistic spread of lengths."""
+    that has the package, with a realistic spread of lengths. With ``with_groups=True`` returns
+    ``(sentences, groups)``, ``groups[i]`` numbering the docstring sentence ``i`` came from
+    (sentences of one docstring are near-duplicates: a held-out split must keep them together)."""
     import course_lib
 
     if not 1 <= min_words <= max_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
-    seen, out = set(), []
+    seen, out, groups, doc_no = set(), [], [], 0
     for info in sorted(pkgutil.iter_modules(course_lib.__path__), key=lambda m: m.name):
         spec = importlib.util.find_spec(f"course_lib.{info.name}")
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
@@ -72,13 +74,15 @@ def course_sentences(*, min_words: int = 4, max_words: int = 60) -> list[str]:
             if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
                 continue
             doc = ast.get_docstring(node) or ""
+            doc_no += 1
             text = re.sub(r"``?([^`]*)``?", r"\1", " ".join(doc.split()))
             for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(])", text):
                 n = len(s.split())
                 if min_words <= n <= max_words and s not in seen:
                     seen.add(s)
                     out.append(s)
-    return out
+                    groups.append(doc_no)
+    return (out, groups) if with_groups else out
 
 
 def tokenize(tokenizer, texts: Sequence[str], *, max_length: int = 256
