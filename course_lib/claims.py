@@ -204,8 +204,8 @@ _CLAIMS = [
           "10_optimizers_compile_hardware",
           Rule("mean validation accuracy over the run (the area under the learning curve: "
                "convergence speed) of the best of Adam/AdamW/LAMB minus the best SGD variant, "
-               "each at the best of a small learning-rate grid, same steps and schedule "
-               "(points, per seed)", ">=", 2.0)),
+               "each at the best of a learning-rate grid chosen on the validation split and "
+               "scored on the test split, same steps and schedule (points, per seed)", ">=", 2.0)),
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 

@@ -14,6 +14,8 @@ a CPU, or fails.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -110,3 +112,54 @@ def count_graphs(fn: Callable, calls: Sequence[Sequence], *, dynamic: bool | Non
         cfn(*args)
     torch.compiler.reset()
     return counter.graphs
+
+
+def count_graphs_limited(fn: Callable, calls: Sequence[Sequence], *, recompile_limit: int) -> dict:
+    """``count_graphs`` with ``dynamic=False`` under Dynamo's recompile limit
+    (``torch._dynamo.config.recompile_limit``, 8 by default): past it, Dynamo stops compiling
+    that function and runs it eagerly, so a stream of new shapes silently loses the compiler.
+    Returns the graphs compiled and the calls made."""
+    if recompile_limit < 1:
+        raise ValueError(f"recompile_limit must be >= 1, got {recompile_limit}")
+    import torch._dynamo.config as dynamo_config
+
+    with _dynamo_quiet(), dynamo_config.patch(recompile_limit=recompile_limit):
+        graphs = count_graphs(fn, calls, dynamic=False)
+    return {"graphs": graphs, "calls": len(calls), "limit": recompile_limit}
+
+
+@contextlib.contextmanager
+def _dynamo_quiet():
+    """Dynamo logs a warning for each recompile limit hit and graph break: the functions below
+    return what happened instead, so the log is held at ERROR while they run."""
+    log = logging.getLogger("torch._dynamo")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def graph_breaks(fn: Callable, args: Sequence) -> dict:
+    """What Dynamo captures from one call of ``fn(*args)`` (``torch._dynamo.explain``): the
+    number of graphs, of graph breaks, and the first line of each break's reason. A break splits
+    the function into separately compiled pieces with Python (and a device sync) between them."""
+    torch.compiler.reset()
+    try:
+        with _dynamo_quiet():
+            out = torch._dynamo.explain(fn)(*args)
+    finally:
+        torch.compiler.reset()
+    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:160] for b in out.break_reasons]
+    return {"graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
+
+
+def trimmed_forward(model: torch.nn.Module) -> Callable:
+    """``model(ids, mask)`` after cutting the batch to its longest real sequence, lesson 01's
+    trim done inside the call: ``int(...)`` reads a value computed on the device, which Dynamo
+    cannot trace, so compiling this function breaks the graph there."""
+    def forward(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        longest = int(mask.sum(dim=1).max())
+        return model(ids[:, :longest], mask[:, :longest])
+    return forward

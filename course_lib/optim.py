@@ -18,14 +18,11 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .train import History, TrainConfig, evaluate, train
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "lamb")
 IMPLEMENTATIONS = ("for_loop", "foreach", "fused")
@@ -180,115 +177,3 @@ def single_step_delta(name: str, weight: torch.Tensor, grads: Sequence[torch.Ten
         p.grad = g.detach().clone().to(p.dtype)
         opt.step()
     return (p.detach() - weight).detach()
-
-
-@dataclass
-class RunResult:
-    optimizer: str
-    seed: int
-    history: History
-    curve_steps: list[int] = field(default_factory=list)
-    curve_accuracy: list[float] = field(default_factory=list)
-    final_accuracy: float = float("nan")
-    seconds: float = 0.0
-
-    @property
-    def curve_mean(self) -> float:
-        """Mean validation accuracy over the evaluated steps: the area under the learning
-        curve per step. Higher means it got good sooner (convergence speed in one number)."""
-        return sum(self.curve_accuracy) / len(self.curve_accuracy) if self.curve_accuracy else float("nan")
-
-    def steps_to(self, target: float) -> int | None:
-        """First evaluated step whose validation accuracy reached ``target`` (None: never)."""
-        for s, a in zip(self.curve_steps, self.curve_accuracy):
-            if a >= target:
-                return s
-        return None
-
-
-def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[int], object],
-               val_loader, *, specs: dict[str, dict], seeds: Sequence[int] = (0, 1),
-               epochs: int = 1, max_steps: int | None = None, eval_every: int = 10,
-               device: torch.device | str = "cpu", progress: bool = False,
-               on_run: Callable[[RunResult], None] | None = None) -> list[RunResult]:
-    """Train a fresh model per (optimizer, seed) with the same data, schedule and step budget.
-
-    ``specs`` maps an optimizer name to ``make_optimizer`` keywords (``lr``, ``weight_decay``,
-    ...); ``build_model(seed)`` and ``make_loader(seed)`` take the seed, so every optimizer
-    sees the same initial weights and batch order for a given seed. The schedule is the
-    course's warm-up + cosine (``course_lib.train``), applied to each optimizer's own ``lr``.
-    Validation accuracy is measured every ``eval_every`` steps and at the end.
-    """
-    if not specs:
-        raise ValueError("specs must name at least one optimizer")
-    if eval_every < 1:
-        raise ValueError(f"eval_every must be >= 1, got {eval_every}")
-    if not seeds:
-        raise ValueError("seeds must hold at least one seed")
-    results = []
-    for seed in seeds:
-        for name, kw in specs.items():
-            kw = dict(kw)
-            kind = kw.pop("optimizer", name)
-            model = build_model(seed)
-            opt = make_optimizer(kind, model.parameters(), **kw)
-            res = RunResult(name, seed, History())
-
-            def callback(step: int, loss: float, m: nn.Module, res=res) -> None:
-                if (step + 1) % eval_every == 0:
-                    res.curve_steps.append(step + 1)
-                    res.curve_accuracy.append(evaluate(m, val_loader, device=device)["accuracy"])
-                    m.train()
-
-            t0 = time.perf_counter()
-            res.history = train(model, make_loader(seed), device=device, optimizer=opt,
-                                cfg=TrainConfig(epochs=epochs, lr=min(kw["lr"], 0.5), seed=seed),
-                                callback=callback, max_steps=max_steps, progress=progress)
-            res.seconds = time.perf_counter() - t0
-            n_steps = len(res.history.step_loss)
-            if not res.curve_steps or res.curve_steps[-1] != n_steps:
-                res.curve_steps.append(n_steps)
-                res.curve_accuracy.append(evaluate(model, val_loader, device=device)["accuracy"])
-            res.final_accuracy = res.curve_accuracy[-1]
-            results.append(res)
-            if on_run is not None:
-                on_run(res)
-    return results
-
-
-def summarize(results: Sequence[RunResult], *, target: float | None = None) -> dict[str, dict]:
-    """Per optimizer: mean and spread (max - min) of final accuracy over seeds, and the mean
-    number of steps to reach ``target`` accuracy (runs that never reach it count as None)."""
-    out: dict[str, dict] = {}
-    for name in dict.fromkeys(r.optimizer for r in results):
-        runs = [r for r in results if r.optimizer == name]
-        accs = [r.final_accuracy for r in runs]
-        row = {"mean_accuracy": sum(accs) / len(accs), "spread": max(accs) - min(accs),
-               "mean_curve_accuracy": sum(r.curve_mean for r in runs) / len(runs),
-               "seeds": len(runs), "seconds": sum(r.seconds for r in runs) / len(runs)}
-        if target is not None:
-            steps = [r.steps_to(target) for r in runs]
-            row["reached"] = sum(s is not None for s in steps)
-            hit = [s for s in steps if s is not None]
-            row["mean_steps_to_target"] = sum(hit) / len(hit) if hit else None
-        out[name] = row
-    return out
-
-
-def lr_grid(grid: dict[str, Sequence[float]], **common) -> dict[str, dict]:
-    """``run_budget`` specs for every (optimizer, learning rate) of ``grid``, named
-    ``"<optimizer>@<lr>"``; ``common[optimizer]`` adds fixed keywords (e.g. weight decay)."""
-    if not grid or any(not lrs for lrs in grid.values()):
-        raise ValueError("grid must map each optimizer to at least one learning rate")
-    return {f"{name}@{lr:g}": dict(optimizer=name, lr=lr, **common.get(name, {}))
-            for name, lrs in grid.items() for lr in lrs}
-
-
-def best_per_optimizer(summary: dict[str, dict], *, key: str = "mean_curve_accuracy") -> dict[str, str]:
-    """For specs named ``"<optimizer>@<lr>"``, the spec with the highest ``key`` per optimizer."""
-    best: dict[str, str] = {}
-    for spec, row in summary.items():
-        name = spec.split("@")[0]
-        if name not in best or row[key] > summary[best[name]][key]:
-            best[name] = spec
-    return best

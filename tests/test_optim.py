@@ -4,9 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.optim import (OPTIMIZERS, Lamb, RunResult, make_optimizer, memory_per_parameter,
-                              run_budget, single_step_delta, state_bytes, summarize)
-from course_lib.train import History
+from course_lib.optim import OPTIMIZERS, Lamb, make_optimizer, memory_per_parameter, single_step_delta, state_bytes
 
 
 def test_lamb_first_step_matches_hand_computation():
@@ -156,70 +154,3 @@ def test_adam_couples_decay_adamw_decouples_it():
     # large, much stronger than AdamW's where they are tiny
     assert abs(float(decay_a[0])) < 0.2 * abs(float(decay_w[0]))
     assert abs(float(decay_a[1])) > 5 * abs(float(decay_w[1]))
-
-
-def test_run_budget_and_summarize():
-    torch.manual_seed(0)
-    x = torch.randn(64, 6, dtype=torch.float32)
-
-    class DS(torch.utils.data.Dataset):
-        def __len__(self): return 64
-        def __getitem__(self, i): return {"label": int(x[i].sum() > 0), "index": i}
-
-    ds = DS()
-
-    class Tiny(nn.Module):
-        def __init__(self):
-            super().__init__(); self.lin = nn.Linear(6, 2)
-        def forward(self, ids, mask):
-            return self.lin(x[ids])
-
-    def collate(items):
-        idx = torch.tensor([it["index"] for it in items])
-        return {"input_ids": idx, "attention_mask": torch.ones_like(idx, dtype=torch.bool),
-                "labels": torch.tensor([it["label"] for it in items]), "index": idx}
-
-    def loader(seed, shuffle=True):
-        return torch.utils.data.DataLoader(ds, batch_size=16, shuffle=shuffle, collate_fn=collate,
-                                           generator=torch.Generator().manual_seed(seed))
-
-    def build(seed):
-        torch.manual_seed(seed); return Tiny()
-
-    specs = {"adamw": dict(lr=0.05), "lamb": dict(lr=0.05),
-             "sgd_momentum": dict(lr=0.5, optimizer="sgd_momentum")}
-    res = run_budget(build, loader, loader(0, shuffle=False), specs=specs, seeds=(0, 1),
-                     epochs=3, eval_every=4)
-    assert len(res) == 6 and {r.optimizer for r in res} == set(specs)
-    for r in res:
-        assert r.curve_steps[-1] == 12 and len(r.history.step_loss) == 12
-        assert 0 <= r.final_accuracy <= 1
-    s = summarize(res, target=0.0)
-    assert s["adamw"]["seeds"] == 2 and s["adamw"]["reached"] == 2
-    assert s["adamw"]["mean_steps_to_target"] == 4
-    # same seed, same optimizer: identical
-    again = run_budget(build, loader, loader(0, shuffle=False), specs={"adamw": dict(lr=0.05)},
-                       seeds=(0,), epochs=3, eval_every=4)
-    assert again[0].history.step_loss == res[0].history.step_loss
-    with pytest.raises(ValueError, match="eval_every"):
-        run_budget(build, loader, None, specs=specs, eval_every=0)
-
-
-def test_steps_to():
-    r = RunResult("x", 0, History(), [10, 20, 30], [0.5, 0.7, 0.9])
-    assert r.steps_to(0.7) == 20 and r.steps_to(0.95) is None and math.isnan(RunResult("y", 0, History()).final_accuracy)
-
-
-def test_curve_mean_lr_grid_and_best_per_optimizer():
-    from course_lib.optim import best_per_optimizer, lr_grid
-    r = RunResult("x", 0, History(), [10, 20, 30], [0.5, 0.7, 0.9])
-    assert r.curve_mean == pytest.approx(0.7)
-    assert math.isnan(RunResult("y", 0, History()).curve_mean)
-    specs = lr_grid({"sgd": [0.1, 0.3], "adamw": [1e-3]}, adamw={"weight_decay": 0.1})
-    assert specs == {"sgd@0.1": {"optimizer": "sgd", "lr": 0.1}, "sgd@0.3": {"optimizer": "sgd", "lr": 0.3},
-                     "adamw@0.001": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.1}}
-    summary = {"sgd@0.1": {"mean_curve_accuracy": 0.6}, "sgd@0.3": {"mean_curve_accuracy": 0.7},
-               "adamw@0.001": {"mean_curve_accuracy": 0.65}}
-    assert best_per_optimizer(summary) == {"sgd": "sgd@0.3", "adamw": "adamw@0.001"}
-    with pytest.raises(ValueError, match="grid"):
-        lr_grid({"sgd": []})

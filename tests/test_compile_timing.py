@@ -1,0 +1,79 @@
+"""Lesson 10's compiler checks: graph breaks and the recompile limit counted on small functions
+whose answer is known, and the eager/compiled timing helpers against plain torch."""
+import pytest
+import torch
+from torch import nn
+
+from course_lib import compile_timing as CT
+from course_lib.compile import count_graphs_limited, graph_breaks, trimmed_forward
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(20, 8), nn.Linear(8, 2)
+
+    def forward(self, ids, mask):
+        h = self.emb(ids) * mask.unsqueeze(-1)
+        return self.out(h.sum(1) / mask.sum(1, keepdim=True))
+
+
+def batch(length=6, real=4):
+    ids = torch.randint(1, 20, (3, length), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(3, length)
+    mask[:, :real] = 1
+    return ids * mask.long(), mask
+
+
+def test_trimming_inside_the_call_breaks_the_graph_and_the_plain_call_does_not():
+    model = Tiny()
+    ids, mask = batch()
+    plain = graph_breaks(model, (ids, mask))
+    trimmed = graph_breaks(trimmed_forward(model), (ids, mask))
+    assert plain["breaks"] == 0 and plain["graphs"] == 1
+    assert trimmed["breaks"] >= 1 and trimmed["graphs"] >= 2 and trimmed["reasons"]
+    assert torch.allclose(trimmed_forward(model)(ids, mask), model(ids, mask), atol=1e-6)  # same answer
+
+
+def test_recompile_limit_caps_the_graphs():
+    f = lambda x: (x * 2).sum()  # noqa: E731
+    calls = [(torch.ones(n),) for n in range(1, 7)]
+    assert count_graphs_limited(f, calls, recompile_limit=2) == {"graphs": 2, "calls": 6, "limit": 2}
+    assert count_graphs_limited(f, calls, recompile_limit=8)["graphs"] == 6
+    with pytest.raises(ValueError, match="recompile_limit"):
+        count_graphs_limited(f, calls, recompile_limit=0)
+
+
+def test_inference_and_backward_functions_match_plain_torch():
+    torch.manual_seed(0)
+    model, ids, mask = Tiny(), *batch()
+    labels = torch.tensor([0, 1, 1])
+    assert torch.equal(CT.inference_fn(model)(ids, mask), model(ids, mask).detach())
+    loss = CT.backward_fn(model)(ids, mask, labels)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want = nn.functional.cross_entropy(model(ids, mask), labels)
+    want.backward()
+    assert float(loss) == pytest.approx(float(want.detach()))
+    assert all(torch.allclose(g, p.grad) for g, p in zip(grads, model.parameters()))
+    bf = CT.inference_fn(model, dtype=torch.bfloat16)(ids, mask)
+    assert bf.dtype == torch.bfloat16                   # autocast really applied
+
+
+def test_with_update_steps_and_clears_gradients():
+    torch.manual_seed(0)
+    model, ids, mask = Tiny(), *batch()
+    before = model.out.weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    CT.with_update(CT.backward_fn(model), (ids, mask, torch.tensor([0, 1, 1])), opt)()
+    assert not torch.equal(before, model.out.weight) and model.out.weight.grad is None
+
+
+def test_eager_alone_and_payback_by_hand():
+    model = Tiny()
+    r = CT.eager_vs_compiled(lambda: None, None, model=model, train_mode=True, repeats=2)
+    assert r["compiled"]["speedup"] == 1.0 and model.training
+    assert CT.payback_calls(2.0, 0.010, 0.006) == pytest.approx(500)
+    assert CT.payback_calls(2.0, 0.010, 0.012) is None
+    with pytest.raises(ValueError, match="positive"):
+        CT.payback_calls(1.0, 0.0, 0.1)
