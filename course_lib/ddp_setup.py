@@ -1,5 +1,5 @@
 """What each DDP rank settles before it trains (lesson 08): its process-group backend, its CPU
-threads, and its share of the batches.
+threads, its share of the batches, its data and its model; and the accuracy of what it trained.
 
 ``course_lib.distributed`` (the worker torchrun starts) uses all three; they live apart so that
 each can be read, and tested, on its own.
@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import Sampler
 
-__all__ = ["BACKENDS", "resolve_backend", "auto_threads", "ShardedBatchSampler"]
+__all__ = ["BACKENDS", "resolve_backend", "auto_threads", "ShardedBatchSampler", "worker_corpus",
+           "worker_model", "accuracy_of_params"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -82,3 +83,39 @@ class ShardedBatchSampler(Sampler[list[int]]):
         """Passed on to the wrapped sampler, so every rank draws the same epoch's plan."""
         if hasattr(self.batch_sampler, "set_epoch"):
             self.batch_sampler.set_epoch(epoch)
+
+
+def worker_corpus(cfg):
+    """The corpus a worker trains on (``cfg`` a ``distributed.WorkerConfig``): the full task, or
+    the "easy" one without the negation, opener and contrast rules (lesson 10's race uses it
+    too), where a small model trained with plain SGD for a hundred steps learns something, so
+    an equivalence check is not run on a model at chance."""
+    from .data import CorpusConfig, load_corpus
+
+    if cfg.task == "easy":
+        return load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)
+    return load_corpus(scale=cfg.data_scale)
+
+
+def worker_model(cfg, vocab_size: int):
+    """The worker's model, seeded by ``cfg.seed`` (every rank starts from the same weights)."""
+    from .models import build_model
+
+    return build_model(vocab_size, preset="student", seed=cfg.seed, d_model=cfg.d_model,
+                       n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff)
+
+
+def accuracy_of_params(cfg, params: torch.Tensor) -> float:
+    """Validation accuracy of the model whose flattened parameters a worker returned
+    (``run_training(...)["params"]``), on the validation split of the worker's own corpus."""
+    from .batching import make_loader
+    from .train import evaluate
+
+    corpus = worker_corpus(cfg)
+    model = worker_model(cfg, len(corpus.vocab))
+    n = sum(p.numel() for p in model.parameters())
+    if params.numel() != n:
+        raise ValueError(f"params has {params.numel()} values, the worker's model {n}")
+    torch.nn.utils.vector_to_parameters(params.to(torch.float32), model.parameters())
+    loader = make_loader(corpus.val, batch_size=64, shuffle=False, max_length=cfg.max_length)
+    return float(evaluate(model.eval(), loader)["accuracy"])

@@ -53,6 +53,7 @@ class WorkerConfig:
     d_ff: int = 128
     max_length: int = 128         # truncation keeps CPU steps short
     data_scale: float = 0.1       # corpus scale (0.1: 400 training reviews)
+    task: str = "full"            # "easy": no negation/opener/contrast rules (ddp_setup.worker_corpus)
     backend: str = "auto"
     threads: int = 0              # 0: auto_threads
     seed: int = 0
@@ -65,7 +66,8 @@ class WorkerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         choices = {"mode": ("train", "allreduce", "both"), "optimizer": ("adamw", "sgd"),
-                   "sampler": ("distributed", "bucketed"), "backend": BACKENDS}
+                   "sampler": ("distributed", "bucketed"), "backend": BACKENDS,
+                   "task": ("full", "easy")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -131,20 +133,17 @@ def run_training(cfg: WorkerConfig, *, rank: int = 0, world_size: int = 1,
 def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .data import load_corpus
-    from .models import build_model
+    from .ddp_setup import worker_corpus, worker_model
     from .step import seeded, train_step
     from .train import task_loss, to_device, training_autocast
 
-    corpus = load_corpus(scale=cfg.data_scale)
+    corpus = worker_corpus(cfg)
     loader = make_loader(corpus.train, cfg, rank=rank, world_size=world_size)
     per_epoch = len(loader) // cfg.accum
     if per_epoch < 1:
         raise ValueError(f"data_scale={cfg.data_scale} leaves no full step for batch_size="
                          f"{cfg.batch_size} x accum={cfg.accum} x {world_size} ranks")
-    model = build_model(len(corpus.vocab), preset="student", seed=cfg.seed,  # the same everywhere
-                        d_model=cfg.d_model,
-                        n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff).to(device)
+    model = worker_model(cfg, len(corpus.vocab)).to(device)   # the same initial weights everywhere
     ddp = dist.is_available() and dist.is_initialized()
     net = DDP(model, device_ids=[device] if device.type == "cuda" else None) if ddp else model
     opt = (torch.optim.AdamW(net.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"

@@ -226,6 +226,13 @@ def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return copy.deepcopy(model).to(dtype)
 
 
+def count_quantized_linear(model: nn.Module) -> int:
+    """Dynamically quantized ``Linear`` modules in ``model`` (not their packed-parameter
+    holders, which ``modules()`` lists too): how many layers a conversion touched."""
+    return sum(type(m).__name__ == "Linear" and "quantized" in type(m).__module__
+               for m in model.modules())
+
+
 def state_dict_bytes(model: nn.Module) -> int:
     """Bytes of ``torch.save(model.state_dict())``: what a checkpoint really costs."""
     buf = io.BytesIO()

@@ -60,6 +60,8 @@ def test_bad_arguments_are_clear_errors():
         parse_args(["--no-such-option"])
     with pytest.raises(ValueError, match="steps must be >= 1"):
         parse_args(["--steps", "0"])
+    with pytest.raises(ValueError, match="task must be one of"):
+        parse_args(["--task", "hard"])
     with pytest.raises(ValueError, match="rank must be in"):
         ShardedBatchSampler([[0]], num_replicas=2, rank=2)
 
@@ -200,3 +202,23 @@ def test_torchrun_command_as_typed_elsewhere():
     assert here[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert typed[0] == "torchrun" and typed[1:] == here[3:]      # the same arguments
     assert typed[1:5] == ["--standalone", "--nproc_per_node", "4", "-m"]
+
+
+def test_easy_task_and_the_accuracy_of_returned_parameters():
+    from course_lib.batching import make_loader as course_loader
+    from course_lib.data import CorpusConfig
+    from course_lib.ddp_setup import accuracy_of_params, worker_corpus, worker_model
+    from course_lib.train import evaluate
+    cfg = WorkerConfig(**{**DRY_RUN, "steps": 3, "optimizer": "sgd", "lr": 0.1, "threads": 1, "task": "easy"})
+    easy = worker_corpus(cfg)
+    want = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)
+    assert [r["input_ids"].tolist() for r in easy.train][:5] == [r["input_ids"].tolist() for r in want.train][:5]
+    full = worker_corpus(WorkerConfig(**{**DRY_RUN, "task": "full"}))
+    assert any(a["input_ids"].tolist() != b["input_ids"].tolist() for a, b in zip(easy.train, full.train))
+    out = run_training(cfg)
+    model = worker_model(cfg, len(easy.vocab))      # the same weights, loaded by hand
+    torch.nn.utils.vector_to_parameters(out["params"], model.parameters())
+    ref = evaluate(model.eval(), course_loader(easy.val, batch_size=7, shuffle=False, max_length=cfg.max_length))
+    assert accuracy_of_params(cfg, out["params"]) == pytest.approx(ref["accuracy"])
+    with pytest.raises(ValueError, match="params has"):
+        accuracy_of_params(cfg, out["params"][:-1])

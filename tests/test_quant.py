@@ -145,6 +145,9 @@ def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
 def test_every_matrix_of_the_course_model_is_quantized(trained):
     model, _ = trained
     q = quant.quantize_dynamic_int8(model)
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert quant.count_quantized_linear(q) == n_linear > 0      # every Linear, holders not counted
+    assert quant.count_quantized_linear(model) == 0
     groups = {r["group"]: r for r in quant.size_report(q)}
     assert set(groups) == {"int8", "embedding", "other"}
     assert groups["int8"]["dtype"] == "qint8"
