@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu widget-times report clean install
+.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu widget-times report site test-site clean install
 
 install: $(STAMP)
 
@@ -42,12 +42,12 @@ lab: $(STAMP)
 # the papermill kernels' widget-cell replies stalled in 3 of 13 lessons on this 2-core machine.
 test: $(STAMP)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
 	$(MAKE) --no-print-directory test-notebooks
 	$(MAKE) --no-print-directory test-browser
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu"
+	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
 
 # On a CUDA machine (a Colab GPU, a lent GPU): every lesson in smoke mode on the GPU, failing on
 # any error, widget-callback error, time recorded without its device, or GPU section that
@@ -86,6 +86,23 @@ widget-times: $(STAMP)
 
 report: $(STAMP)
 	$(BIN)/python -m course_lib.report --out build
+
+# The course as a static website in build/site, from what `make report` wrote to build/
+# (SITE_REPORT=... builds it from another report folder, e.g. a smoke run). Sphinx + myst-nb +
+# sphinx-book-theme, installed on first use (the [site] extra); open build/site/index.html.
+SITE_REPORT ?= build
+SITE_STAMP := $(VENV)/.site-installed
+$(SITE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[site]"
+	touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(BIN)/python -m course_lib.site --report $(SITE_REPORT) --out build/site
+
+# The built site in headless Chromium: no console errors, every figure, one row per claim,
+# internal links, search.
+test-site: site
+	SITE_DIR=build/site $(BIN)/python -m pytest -q tests/website -m site
 
 clean:
 	rm -rf build .pytest_cache

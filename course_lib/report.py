@@ -1,7 +1,7 @@
 """``make report``: run every lesson at learner settings and summarise what they measured.
 
     python -m course_lib.report --out build [--only 00_welcome] [--smoke]
-    python -m course_lib.report --out build --save-gpu-run    # on a GPU: keep its results
+    python -m course_lib.report --out build --save-run    # keep this machine's run as a reference
 
 
 Writes ``build/notebooks/<lesson>.ipynb`` and ``.html`` (executed copies; build products,
@@ -10,10 +10,10 @@ capstone's optimization ladder (lesson 11) with the hardware it was measured on,
 results exist; then this machine's hardware and every recorded result per lesson. Widgets run
 in static mode (``COURSE_STATIC=1``) so the HTML holds every figure.
 
-A GPU run's results are kept as data: ``--save-gpu-run`` writes ``results/gpu/<gpu name>.json``
-(its hardware record and every lesson's results), which is committed. Each lesson's table then
-shows, beside this machine's value, the value of the same result on every stored GPU, with the
-device each was measured on.
+Also ``build/runs.json``: how long each lesson ran, and whether it failed (the site reads it).
+A run's results are kept as data: ``--save-run`` writes ``data/runs/<machine>.json``
+(``course_lib.saved_runs``), which is committed. Each lesson's table then shows, beside this
+machine's value, the value of the same result in every reference run, labelled with its device.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from .claims import CLAIMS
 from .device import report as hardware_rows
 from .ladder import METRICS
 from .results import load_results
+from .saved_runs import load_runs, reference_values, save_run
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_RUNS = ROOT / "results" / "gpu"
 LADDER = "11_capstone"
 # How the ladder table shows each metric recorded per rung: header, scale, format.
 _COLUMNS = {"test_accuracy": ("accuracy", 100, "{:.1f}%"),
@@ -100,34 +100,6 @@ def ladder_html(data: dict) -> str:
         parts.append(f"<table>{_rows(headline)}</table>")
     parts.append(f"<h3>Measured on</h3><table>{_rows(data.get('hardware', {}).items())}</table>")
     return "\n".join(parts)
-
-
-def save_gpu_run(results_dir: Path, directory: Path = GPU_RUNS) -> Path:
-    """Store a GPU run's results (``results_dir``, written by the lessons) as one file named
-    after the GPU; refuses results that were not measured on CUDA."""
-    results = load_results(results_dir)
-    if not results:
-        raise ValueError(f"no results in {results_dir}: run the lessons first")
-    hardware = next(iter(results.values()))["hardware"]
-    if hardware.get("device") != "cuda":
-        raise ValueError(f"results in {results_dir} were measured on {hardware.get('device')!r}, "
-                         "not on a CUDA GPU")
-    name = re.sub(r"[^A-Za-z0-9]+", "_", hardware["device_name"]).strip("_")
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{name}.json"
-    path.write_text(json.dumps({"hardware": hardware, "lessons": results}, indent=1))
-    return path
-
-
-def load_gpu_runs(directory: Path = GPU_RUNS) -> dict[str, dict]:
-    """``{gpu name: {"hardware": ..., "lessons": {stem: payload}}}`` of every stored GPU run."""
-    if not directory.is_dir():
-        return {}
-    runs = {}
-    for p in sorted(directory.glob("*.json")):
-        data = json.loads(p.read_text())
-        runs[data["hardware"]["device_name"]] = data
-    return runs
 
 
 def fmt_value(value: float | None, unit: str = "") -> str:
@@ -206,7 +178,7 @@ def skipped_html(results: dict[str, dict]) -> str:
 
 
 def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, str]],
-                 gpu_runs: dict[str, dict] | None = None) -> str:
+                 reference: dict[str, dict] | None = None) -> str:
     parts = ["<html><head><meta charset='utf-8'><title>Course report</title>",
              "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
@@ -220,9 +192,9 @@ def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, st
         parts.append(ladder_html(results[LADDER]))
     parts.append(f"<h2>Hardware (this machine)</h2><table>{_rows(hardware_rows())}</table>")
     parts.append(skipped_html(results))
-    for gpu, run in (gpu_runs or {}).items():
-        parts.append(f"<h2>Stored GPU run: {html.escape(gpu)}</h2><p>Its results appear beside "
-                     f"this machine's in every table below (results/gpu/).</p>"
+    for name, run in (reference or {}).items():
+        parts.append(f"<h2>Reference run: {html.escape(name)}</h2><p>Its results appear beside "
+                     f"this machine's in every table below (data/runs/).</p>"
                      f"<table>{_rows(run['hardware'].items())}</table>")
     order = sorted(results, key=lambda k: (k != LADDER, k))
     for stem in order:
@@ -232,8 +204,7 @@ def summary_html(results: dict[str, dict], runs: dict[str, tuple[bool, float, st
         parts.append(f"<h2><a href='{link}'>{html.escape(stem)}</a></h2><p>"
                      f"{'smoke settings' if data['smoke'] else 'learner settings'}; "
                      f"ran in {seconds:.0f} s{'' if ok else '; FAILED: ' + html.escape(error)}</p>")
-        others = {gpu: {r["name"]: r for r in run["lessons"].get(stem, {}).get("results", [])}
-                  for gpu, run in (gpu_runs or {}).items()}
+        others = reference_values(reference or {}, stem)
         parts.append("<table><tr><th>result</th><th>this machine</th>"
                      + "".join(f"<th>{html.escape(g)}</th>" for g in others)
                      + "</tr>")
@@ -254,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="notebook stems to run (default: all)")
     ap.add_argument("--smoke", action="store_true", help="smoke settings (seconds per lesson)")
     ap.add_argument("--timeout", type=int, default=1800, help="per-cell timeout in seconds")
-    ap.add_argument("--save-gpu-run", action="store_true",
-                    help=f"after running, store a GPU run's results in {GPU_RUNS.relative_to(ROOT)}/")
+    ap.add_argument("--save-run", action="store_true",
+                    help="after running, store this machine's results as a reference run in data/runs/")
     args = ap.parse_args(argv)
     # Absolute: the lessons run with the notebooks folder as their working directory, so a
     # relative results folder would land under notebooks/ instead of where the summary reads.
@@ -274,10 +245,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'ok' if ok else 'FAILED'} in {seconds:.0f} s {error}", flush=True)
     results = load_results(results_dir) if results_dir.exists() else {}
     index = args.out / "index.html"
-    index.write_text(summary_html(results, runs, load_gpu_runs()), encoding="utf-8")
+    index.write_text(summary_html(results, runs, load_runs()), encoding="utf-8")
+    times = args.out / "runs.json"   # merged: a run of --only some lessons keeps the others' times
+    merged = json.loads(times.read_text()) if times.exists() else {}
+    merged.update({stem: {"ok": ok, "seconds": round(sec, 1), "error": err, "smoke": args.smoke}
+                   for stem, (ok, sec, err) in runs.items()})
+    times.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
     print(f"wrote {index}")
-    if args.save_gpu_run:
-        print(f"wrote {save_gpu_run(results_dir)}")
+    if args.save_run:
+        print(f"wrote {save_run(results_dir, seconds={k: v[1] for k, v in runs.items()})}")
     return 0 if all(ok for ok, _, _ in runs.values()) else 1
 
 

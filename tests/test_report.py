@@ -66,35 +66,43 @@ def _payload(stem, device, value, name="step_ms", device_name="FakeCPU"):
             "results": [{"name": name, "value": value, "unit": "ms", "device": device}]}
 
 
-def test_gpu_run_is_stored_and_shown_beside_this_machine(tmp_path):
-    from course_lib.report import load_gpu_runs, save_gpu_run
+def test_reference_run_is_stored_and_shown_beside_this_machine(tmp_path):
+    from course_lib.saved_runs import load_runs, save_run
 
     gpu_dir, store = tmp_path / "gpu_results", tmp_path / "store"
     gpu_dir.mkdir()
     (gpu_dir / "04_mixed_precision.json").write_text(json.dumps(
         _payload("04_mixed_precision", "cuda", 3.25, device_name="NVIDIA Fake 100")))
-    path = save_gpu_run(gpu_dir, store)
+    path = save_run(gpu_dir, seconds={"04_mixed_precision": 61.23, "99_other": 1.0}, directory=store)
     assert path.name == "NVIDIA_Fake_100.json"
-    runs = load_gpu_runs(store)
-    assert list(runs) == ["NVIDIA Fake 100"]
+    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2}   # only lessons it has
+    runs = load_runs(store)
+    label = "NVIDIA Fake 100 (GPU, torch ?)"
+    assert list(runs) == [label]
     here = {"04_mixed_precision": _payload("04_mixed_precision", "cpu", 41.5)}
     page = summary_html(here, {}, runs)
-    assert "<th>NVIDIA Fake 100</th>" in page
+    assert f"<th>{label}</th>" in page
     assert "<td>41.5 ms (cpu)</td><td>3.25 ms (cuda)</td>" in page
-    assert "Stored GPU run: NVIDIA Fake 100" in page
+    assert f"Reference run: {label}" in page
     assert "<th>result</th><th>this machine</th></tr>" in summary_html(here, {}, {})
 
 
-def test_save_gpu_run_refuses_cpu_results_and_empty_folders(tmp_path):
+def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
     import pytest
 
-    from course_lib.report import save_gpu_run
+    from course_lib.saved_runs import run_name, save_run
 
     with pytest.raises(ValueError, match="no results"):
-        save_gpu_run(tmp_path, tmp_path / "store")
+        save_run(tmp_path, directory=tmp_path / "store")
+    smoke = {**_payload("00_welcome", "cpu", 1.0), "smoke": True}
+    (tmp_path / "00_welcome.json").write_text(json.dumps(smoke))
+    with pytest.raises(ValueError, match="smoke"):
+        save_run(tmp_path, directory=tmp_path / "store")
     (tmp_path / "00_welcome.json").write_text(json.dumps(_payload("00_welcome", "cpu", 1.0)))
-    with pytest.raises(ValueError, match="not on a CUDA GPU"):
-        save_gpu_run(tmp_path, tmp_path / "store")
+    (tmp_path / "01_padding.json").write_text(json.dumps(_payload("01_padding", "cuda", 1.0, device_name="G")))
+    with pytest.raises(ValueError, match="several machines"):
+        save_run(tmp_path, directory=tmp_path / "store")
+    assert run_name({"device": "cpu", "device_name": "Intel(R) Xeon(R)", "threads": 2}) == "cpu_Intel_R_Xeon_R_2_threads"
 
 
 def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkeypatch):

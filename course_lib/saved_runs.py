@@ -1,0 +1,77 @@
+"""Reference runs: a complete ``make report`` result set kept as data, beside the learner's own.
+
+``python -m course_lib.report --save-run`` writes ``data/runs/<machine>.json``: the hardware
+record, every lesson's results and verdicts, and how long each lesson ran. Committed runs (this
+course's CPU run, GPU runs as they come) are what a learner's numbers are compared with: the
+report's tables, the lessons' closing tables and the site put each reference value beside the
+learner's, labelled with the device it was measured on.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .results import load_results
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS_DIR = ROOT / "data" / "runs"
+
+__all__ = ["RUNS_DIR", "run_name", "save_run", "load_runs", "reference_values", "label"]
+
+
+def run_name(hardware: dict) -> str:
+    """A file name for a machine: the GPU's name, or the CPU's with its thread count."""
+    name = hardware.get("device_name") or hardware.get("device") or "unknown"
+    if hardware.get("device") != "cuda":
+        name = f"cpu {name} {hardware.get('threads', '?')} threads"
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+
+
+def label(run: dict) -> str:
+    """How a reference run is named in a table: its device and hardware, and its torch."""
+    hw = run["hardware"]
+    kind = "GPU" if hw.get("device") == "cuda" else f"CPU, {hw.get('threads', '?')} threads"
+    return f"{hw.get('device_name', '?')} ({kind}, torch {hw.get('torch_version', '?')})"
+
+
+def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
+             directory: Path = RUNS_DIR) -> Path:
+    """Store the results in ``results_dir`` as one reference run named after the machine.
+    Refuses an empty folder, smoke-mode results (their numbers mean little) and results from
+    more than one machine."""
+    results = load_results(results_dir)
+    if not results:
+        raise ValueError(f"no results in {results_dir}: run the lessons first")
+    smoke = sorted(stem for stem, r in results.items() if r.get("smoke"))
+    if smoke:
+        raise ValueError(f"smoke-mode results cannot be a reference run: {', '.join(smoke)}")
+    machines = {run_name(r["hardware"]) for r in results.values()}
+    if len(machines) != 1:
+        raise ValueError(f"results from several machines in {results_dir}: {sorted(machines)}")
+    hardware = next(iter(results.values()))["hardware"]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{machines.pop()}.json"
+    payload = {"hardware": hardware, "lessons": results,
+               "seconds": {k: round(v, 1) for k, v in (seconds or {}).items() if k in results}}
+    path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def load_runs(directory: Path = RUNS_DIR) -> dict[str, dict]:
+    """``{label: run}`` of every stored reference run, in file-name order."""
+    if not directory.is_dir():
+        return {}
+    runs = {}
+    for p in sorted(directory.glob("*.json")):
+        run = json.loads(p.read_text())
+        if not {"hardware", "lessons"} <= set(run):
+            raise ValueError(f"{p} is not a reference run (needs 'hardware' and 'lessons')")
+        runs[label(run)] = run
+    return runs
+
+
+def reference_values(runs: dict[str, dict], stem: str) -> dict[str, dict[str, dict]]:
+    """``{run label: {result name: result}}`` for one lesson, over every reference run."""
+    return {name: {r["name"]: r for r in run["lessons"].get(stem, {}).get("results", [])}
+            for name, run in runs.items()}

@@ -1,0 +1,51 @@
+"""The site generator's pieces, without Sphinx: the lessons table read from the README, the
+notebook as the site shows it, the reference-run table and the claims page."""
+import json
+
+from course_lib import site
+from course_lib.claims import CLAIMS
+from course_lib.colab import BADGE_TAG, SETUP_TAG
+from course_lib.site import ROOT, WIDGET_VIEW
+
+
+def test_lesson_table_comes_from_the_readme():
+    table = site.lesson_table((ROOT / "README.md").read_text())
+    notebooks = sorted(p.stem[:2] for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    assert sorted(table) == notebooks
+    assert all(title and measures for title, measures in table.values())
+
+
+def test_for_the_site_keeps_figures_drops_live_widgets_and_the_colab_setup():
+    nb = {"metadata": {"widgets": {"state": {}}}, "cells": [
+        {"cell_type": "markdown", "metadata": {"tags": [BADGE_TAG]}, "source": f"[![x]({site.COLAB_BADGE})](u)"},
+        {"cell_type": "code", "metadata": {"tags": [SETUP_TAG]}, "outputs": [], "source": "pip"},
+        {"cell_type": "code", "metadata": {}, "source": "explore(...)", "outputs": [
+            {"output_type": "display_data", "data": {WIDGET_VIEW: {"model_id": "m"}, "text/plain": "VBox"}},
+            {"output_type": "display_data", "data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}]}]}
+    out = site.for_the_site(json.loads(json.dumps(nb)))
+    assert "widgets" not in out["metadata"]
+    assert "_static/colab-badge.svg" in out["cells"][0]["source"] and site.COLAB_BADGE not in out["cells"][0]["source"]
+    assert "remove-cell" in out["cells"][1]["metadata"]["tags"]
+    outs = out["cells"][2]["outputs"]
+    assert len(outs) == 1 and "image/png" in outs[0]["data"]        # the figure stays
+
+
+def test_reference_cell_puts_every_run_beside_this_one():
+    mine = {"results": [{"name": "step_ms", "value": 41.5, "unit": "ms", "device": "cpu"},
+                        {"name": "only_here", "value": 1.0, "unit": "count"}]}
+    runs = {"GPU X": {"hardware": {}, "lessons": {"04_x": {"results": [
+        {"name": "step_ms", "value": 3.25, "unit": "ms", "device": "cuda"}]}}}}
+    text = site.reference_cell("04_x", mine, runs)["source"]
+    assert "| result | this run | GPU X |" in text and "| --- | --- | --- |" in text
+    assert "| step_ms | 41.5 ms (cpu) | 3.25 ms (cuda) |" in text
+    assert "| only_here | 1 | – |" in text
+    assert "No reference run" in site.reference_cell("04_x", mine, {})["source"]
+
+
+def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
+    results = {"04_x": {"hardware": {"device": "cpu"}, "verdicts": [
+        {"claim": next(iter(CLAIMS)), "outcome": "holds", "value": 1.0, "se": 0.1, "dof": 2, "evidence": "e"}]}}
+    runs = {"R1": {"hardware": {}, "lessons": results}}
+    page = site.claims_page(results, runs)
+    assert page.count("<tr><td>") == len(CLAIMS)
+    assert f"| `{next(iter(CLAIMS))}` | holds |" in page
