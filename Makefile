@@ -65,7 +65,7 @@ test-gpu: $(STAMP)
 # kernel start-up and imports). nbval (not part of make test: it repeats papermill's execution)
 # is kept for a quick look: a lost kernel reply (nbclient issue 312) makes nbval wait out the cell
 # timeout, then the cell passes and the notebook's later cells run as non-strict xfail; 120 s
-# bounds that cost. The papermill run retries instead (course_lib.notebook_runner).
+# bounds that cost. The papermill run retries instead (course_lib.tools.notebook_runner).
 test-notebooks: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m notebooks
 
@@ -85,7 +85,7 @@ widget-times: $(STAMP)
 	BROWSER_FULL=1 BROWSER_RUN_TIMEOUT=600 $(BIN)/python -m pytest -q -s tests/browser -m browser $(if $(ONLY),-k "$(ONLY)")
 
 report: $(STAMP)
-	$(BIN)/python -m course_lib.report --out build
+	$(BIN)/python -m course_lib.tools.report --out build
 
 # The course as a static website in build/site, from what `make report` wrote to build/
 # (SITE_REPORT=... builds it from another report folder, e.g. a smoke run). Sphinx + myst-nb +
@@ -97,7 +97,7 @@ $(SITE_STAMP): $(STAMP)
 	touch $(SITE_STAMP)
 
 site: $(SITE_STAMP)
-	$(BIN)/python -m course_lib.site --report $(SITE_REPORT) --out build/site
+	$(BIN)/python -m course_lib.tools.site --report $(SITE_REPORT) --out build/site
 
 # The built site in headless Chromium: no console errors, every figure, one row per claim,
 # internal links, search.

@@ -97,7 +97,7 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
                   max_drop_points: float = 2.0, selected: dict | None = None):
     """Lesson 11: accuracy against latency and against size, every measured combination in
     grey, the Pareto front in green, the ladder's rungs numbered, ``selected`` as a star."""
-    from .ladder_analysis import pareto_front
+    from .capstone.ladder_analysis import pareto_front
 
     if latency not in ("latency_b32_ms", "latency_b1_ms"):
         raise ValueError(f"latency must be 'latency_b32_ms' or 'latency_b1_ms', got {latency!r}")

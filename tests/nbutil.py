@@ -49,7 +49,7 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
     """Execute one lesson in smoke mode with papermill; fail on an error in a cell or inside a
     widget callback, on missing results, on results out of bounds, and on a time recorded
     without its device. Returns the lesson's results payload."""
-    from course_lib.notebook_runner import execute_notebook
+    from course_lib.tools.notebook_runner import execute_notebook
 
     results_dir = tmp_path / "results"
     monkeypatch.setenv("COURSE_RESULTS_DIR", str(results_dir))

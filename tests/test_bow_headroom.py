@@ -7,7 +7,7 @@ import torch
 
 from course_lib.bow import BagOfWords, train_bag_of_words
 from course_lib.data import RULES, CorpusConfig, load_corpus
-from course_lib.headroom import LENGTH_BINS, LessonRecipes, accuracy_by_rule, rule_table
+from course_lib.tools.headroom import LENGTH_BINS, LessonRecipes, accuracy_by_rule, rule_table
 from course_lib.student_runs import StudentRecipe
 
 
@@ -45,7 +45,7 @@ def test_accuracy_by_rule_counts_each_review_under_each_of_its_rules(monkeypatch
         idx = torch.arange(len(ds))
         right = torch.tensor([r.label if "negated" in r.rules else 1 - r.label for r in ds.reviews])
         return torch.nn.functional.one_hot(right, 2).float(), idx
-    monkeypatch.setattr("course_lib.headroom.predict", fake_predict)
+    monkeypatch.setattr("course_lib.tools.headroom.predict", fake_predict)
     out = accuracy_by_rule(None, ds)
     assert out["negated"]["accuracy"] == 1.0
     assert out["plain"]["accuracy"] == 0.0

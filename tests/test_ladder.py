@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.utils.data import Subset
 
-from course_lib import ladder
-from course_lib import ladder_analysis as A
-from course_lib import ladder_meters as M
-from course_lib.model_zoo import ModelZoo
+from course_lib.capstone import ladder
+from course_lib.capstone import ladder_analysis as A
+from course_lib.capstone import ladder_meters as M
+from course_lib.capstone.model_zoo import ModelZoo
 from course_lib.batching import make_loader
 from course_lib.checkpoints import load_baseline
 from course_lib.data import CorpusConfig, load_corpus
@@ -212,7 +212,7 @@ def test_each_techniques_tolerance_is_shared_by_its_claim_and_the_ladder():
 
 def test_the_zoo_distills_from_the_teachers_logits_computed_once(smoke_run, monkeypatch):
     zoo, _, _, _ = smoke_run
-    import course_lib.model_zoo as Z
+    import course_lib.capstone.model_zoo as Z
     calls = []
     real = Z.teacher_logits_stored
     monkeypatch.setattr(Z, "teacher_logits_stored", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from course_lib import ladder_speedups as S
+from course_lib.capstone import ladder_speedups as S
 from course_lib.verdicts import Estimate, fmt, paired_ratio
 
 

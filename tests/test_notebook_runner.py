@@ -7,7 +7,7 @@ import time
 import nbformat
 import pytest
 
-from course_lib import notebook_runner as runner
+from course_lib.tools import notebook_runner as runner
 
 
 def _notebook(path, *sources):

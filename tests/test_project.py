@@ -8,7 +8,8 @@ import pytest
 import torch
 import yaml
 
-from course_lib import checkpoints, colab
+from course_lib import checkpoints
+from course_lib.tools import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def test_colab_cells_are_generated_from_one_url(tmp_path):
 
 def test_every_notebook_has_current_colab_cells():
     for p in sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")):
-        assert colab.sync(p, write=False), f"{p.name}: run python -m course_lib.colab --write"
+        assert colab.sync(p, write=False), f"{p.name}: run python -m course_lib.tools.colab --write"
 
 
 def test_stored_baseline_loads_and_verifies():
@@ -80,14 +81,14 @@ def test_corrupted_checkpoint_is_detected(tmp_path):
 def test_colab_repo_rewrites_one_place_and_every_notebook(tmp_path):
     import importlib.util
     import shutil
-    (tmp_path / "course_lib").mkdir()
+    (tmp_path / "course_lib" / "tools").mkdir(parents=True)
     (tmp_path / "notebooks").mkdir()
-    shutil.copy(ROOT / "course_lib" / "colab.py", tmp_path / "course_lib" / "colab.py")
+    shutil.copy(ROOT / "course_lib" / "tools" / "colab.py", tmp_path / "course_lib" / "tools" / "colab.py")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for name in ("00_welcome.ipynb", "07_quantization.ipynb"):
         shutil.copy(ROOT / "notebooks" / name, tmp_path / "notebooks" / name)
     colab.main(["--repo", "alice/course-fork", "--branch", "spring", "--root", str(tmp_path)])
-    spec = importlib.util.spec_from_file_location("forked_colab", tmp_path / "course_lib" / "colab.py")
+    spec = importlib.util.spec_from_file_location("forked_colab", tmp_path / "course_lib" / "tools" / "colab.py")
     forked = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(forked)
     assert forked.REPO_URL == "https://github.com/alice/course-fork" and forked.BRANCH == "spring"

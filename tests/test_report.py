@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from course_lib.report import ladder_html, summary_html
+from course_lib.tools.report import ladder_html, summary_html
 from course_lib.results import load_results
 
 
@@ -67,7 +67,7 @@ def _payload(stem, device, value, name="step_ms", device_name="FakeCPU"):
 
 
 def test_reference_run_is_stored_and_shown_beside_this_machine(tmp_path):
-    from course_lib.saved_runs import load_runs, save_run
+    from course_lib.tools.saved_runs import load_runs, save_run
 
     gpu_dir, store = tmp_path / "gpu_results", tmp_path / "store"
     gpu_dir.mkdir()
@@ -90,7 +90,7 @@ def test_reference_run_is_stored_and_shown_beside_this_machine(tmp_path):
 def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
     import pytest
 
-    from course_lib.saved_runs import run_name, save_run
+    from course_lib.tools.saved_runs import run_name, save_run
 
     with pytest.raises(ValueError, match="no results"):
         save_run(tmp_path, directory=tmp_path / "store")
@@ -111,7 +111,7 @@ def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkey
     import os
     from pathlib import Path
 
-    from course_lib import report
+    from course_lib.tools import report
 
     def fake_execute(nb, out_dir, *, smoke, timeout):
         cwd = os.getcwd()
@@ -183,7 +183,7 @@ def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
 
 
 def test_values_are_formatted_with_their_units():
-    from course_lib.report import fmt_value
+    from course_lib.tools.report import fmt_value
 
     assert fmt_value(2_478_000, "bytes") == "2.36 MiB"
     assert fmt_value(-0.0, "points") == "0 points" and fmt_value(-1e-9) == "-1.00e-09"

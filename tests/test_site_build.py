@@ -2,10 +2,10 @@
 notebook as the site shows it, the reference-run table and the claims page."""
 import json
 
-from course_lib import site
+from course_lib.tools import site
 from course_lib.claims import CLAIMS
-from course_lib.colab import BADGE_TAG, SETUP_TAG
-from course_lib.site import ROOT, WIDGET_VIEW
+from course_lib.tools.colab import BADGE_TAG, SETUP_TAG
+from course_lib.tools.site import ROOT, WIDGET_VIEW
 
 
 def test_lesson_table_comes_from_the_readme():

@@ -25,9 +25,9 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import pruning, quant
-from .amp import ACCURACY_TOLERANCE_POINTS as AMP_TOLERANCE
-from .distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
+from .. import pruning, quant
+from ..amp import ACCURACY_TOLERANCE_POINTS as AMP_TOLERANCE
+from ..distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
 
 TECHNIQUES = ("bucketing", "amp", "distill", "prune", "int8", "sdpa")
 RUNG_NAMES = {"bucketing": "bucketing", "amp": "mixed_precision", "distill": "distillation",
@@ -102,7 +102,7 @@ def unavailable_here(device: torch.device | str) -> dict[str, str]:
     """Techniques that would be a no-op on ``device``, with the reason: mixed precision where
     ``amp.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
     code twice would only measure noise."""
-    from .amp import choose_precision
+    from ..amp import choose_precision
 
     prec = choose_precision(torch.device(device))
     return {} if prec.dtype is not None else {"amp": f"mixed precision is FP32 here ({prec.reason})"}

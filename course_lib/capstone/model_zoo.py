@@ -17,13 +17,13 @@ import time
 import torch
 from torch import nn
 
-from . import pruning, quant, structured
-from .batching import make_loader
-from .checkpoints import stored_student, teacher_logits_stored
-from .distill import DistillSet
+from .. import pruning, quant, structured
+from ..batching import make_loader
+from ..checkpoints import stored_student, teacher_logits_stored
+from ..distill import DistillSet
 from .ladder import Rung, Settings
-from .models import EncoderClassifier
-from .student_runs import StudentRecipe, train_student
+from ..models import EncoderClassifier
+from ..student_runs import StudentRecipe, train_student
 
 
 def model_device(model: nn.Module) -> torch.device:

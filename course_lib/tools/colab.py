@@ -2,10 +2,10 @@
 
 Each notebook starts with an "Open in Colab" badge and a set-up cell that installs
 ``course_lib`` from the repository on Colab (keeping Colab's own torch) and does nothing
-elsewhere. ``python -m course_lib.colab --write`` regenerates both cells in every notebook
+elsewhere. ``python -m course_lib.tools.colab --write`` regenerates both cells in every notebook
 from ``REPO_URL``; ``--check`` (run by the tests) fails when a notebook, or the Repository URL
 in ``pyproject.toml``, is out of date. An instructor who publishes a fork runs
-``python -m course_lib.colab --repo OWNER/NAME [--branch B]``: it rewrites ``REPO_URL`` and
+``python -m course_lib.tools.colab --repo OWNER/NAME [--branch B]``: it rewrites ``REPO_URL`` and
 ``BRANCH`` below, the URL in ``pyproject.toml``, and every notebook's badge and set-up cell.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO_URL = "https://github.com/efficient-transformers-hands-on/course"
 BRANCH = "main"
 BADGE_TAG, SETUP_TAG = "colab-badge", "colab-setup"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9._/-]{1,200}$")
 
@@ -88,7 +88,7 @@ def set_repository(owner_name: str, *, branch: str = "main", root: Path = ROOT) 
     if not _BRANCH.match(branch) or ".." in branch:
         raise ValueError(f"--branch must be a git branch name, got {branch!r}")
     url = f"https://github.com/{owner_name}"
-    source = root / "course_lib" / "colab.py"
+    source = root / "course_lib" / "tools" / "colab.py"
     text = source.read_text()
     text = re.sub(r'^REPO_URL = ".*"$', f'REPO_URL = "{url}"', text, count=1, flags=re.M)
     text = re.sub(r'^BRANCH = ".*"$', f'BRANCH = "{branch}"', text, count=1, flags=re.M)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.repo:
         branch = args.branch or "main"
         repo_url = set_repository(args.repo, branch=branch, root=args.root)
-        print(f"repository set to {repo_url} (branch {branch}) in course_lib/colab.py and pyproject.toml")
+        print(f"repository set to {repo_url} (branch {branch}) in course_lib/tools/colab.py and pyproject.toml")
     elif args.branch:
         raise SystemExit("--branch goes with --repo")
     write = args.write or bool(args.repo)
@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> None:
              if not sync(p, write=write, repo_url=repo_url, branch=branch)]
     if stale and not write:
         raise SystemExit(f"Colab cells out of date in: {', '.join(stale)} "
-                         f"(run python -m course_lib.colab --write)")
+                         f"(run python -m course_lib.tools.colab --write)")
     url = pyproject_url(args.root)
     if url != repo_url:
-        raise SystemExit(f"pyproject.toml's Repository is {url!r}, course_lib/colab.py's REPO_URL "
-                         f"{repo_url!r}: run python -m course_lib.colab --repo OWNER/NAME")
+        raise SystemExit(f"pyproject.toml's Repository is {url!r}, course_lib/tools/colab.py's REPO_URL "
+                         f"{repo_url!r}: run python -m course_lib.tools.colab --repo OWNER/NAME")
     print("updated: " + ", ".join(stale) if stale else "all notebooks up to date")
 
 

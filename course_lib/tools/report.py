@@ -1,7 +1,7 @@
 """``make report``: run every lesson at learner settings and summarise what they measured.
 
-    python -m course_lib.report --out build [--only 00_welcome] [--smoke]
-    python -m course_lib.report --out build --save-run    # keep this machine's run as a reference
+    python -m course_lib.tools.report --out build [--only 00_welcome] [--smoke]
+    python -m course_lib.tools.report --out build --save-run    # keep this machine's run as a reference
 
 
 Writes ``build/notebooks/<lesson>.ipynb`` and ``.html`` (executed copies; build products,
@@ -12,7 +12,7 @@ in static mode (``COURSE_STATIC=1``) so the HTML holds every figure.
 
 Also ``build/runs.json``: how long each lesson ran, and whether it failed (the site reads it).
 A run's results are kept as data: ``--save-run`` writes ``data/runs/<machine>.json``
-(``course_lib.saved_runs``), which is committed. Each lesson's table then shows, beside this
+(``course_lib.tools.saved_runs``), which is committed. Each lesson's table then shows, beside this
 machine's value, the value of the same result in every reference run, labelled with its device.
 """
 from __future__ import annotations
@@ -28,13 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-from .claims import CLAIMS
-from .device import report as hardware_rows
-from .ladder import METRICS
-from .results import load_results
+from ..claims import CLAIMS
+from ..device import report as hardware_rows
+from ..capstone.ladder import METRICS
+from ..results import load_results
 from .saved_runs import load_runs, reference_values, save_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LADDER = "11_capstone"
 # How the ladder table shows each metric recorded per rung: header, scale, format.
 _COLUMNS = {"test_accuracy": ("accuracy", 100, "{:.1f}%"),

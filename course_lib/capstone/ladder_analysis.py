@@ -172,8 +172,8 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
     """The verdict on "optimizations keep accuracy": the model with every rung stacked against
     the baseline, paired over the test reviews (both score the same reviews, so only those on
     which they disagree carry noise)."""
-    from .claims import judge
-    from .verdicts import paired_accuracy_change
+    from ..claims import judge
+    from ..verdicts import paired_accuracy_change
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
     return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,

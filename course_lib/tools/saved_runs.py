@@ -1,6 +1,6 @@
 """Reference runs: a complete ``make report`` result set kept as data, beside the learner's own.
 
-``python -m course_lib.report --save-run`` writes ``data/runs/<machine>.json``: the hardware
+``python -m course_lib.tools.report --save-run`` writes ``data/runs/<machine>.json``: the hardware
 record, every lesson's results and verdicts, and how long each lesson ran. Committed runs (this
 course's CPU run, GPU runs as they come) are what a learner's numbers are compared with: the
 report's tables, the lessons' closing tables and the site put each reference value beside the
@@ -12,9 +12,9 @@ import json
 import re
 from pathlib import Path
 
-from .results import load_results
+from ..results import load_results
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUNS_DIR = ROOT / "data" / "runs"
 
 __all__ = ["RUNS_DIR", "run_name", "save_run", "load_runs", "reference_values", "label"]

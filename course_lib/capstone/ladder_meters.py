@@ -22,15 +22,15 @@ import torch
 from torch.utils.data import Subset
 from tqdm.auto import tqdm
 
-from . import bench, quant
-from .amp import choose_precision, make_step_fn
-from .batching import BucketBatchSampler, make_loader
+from .. import bench, quant
+from ..amp import choose_precision, make_step_fn
+from ..batching import BucketBatchSampler, make_loader
 from .ladder import Rung, Settings, applied
 from .ladder_analysis import pareto_front
 from .model_zoo import ModelZoo, model_device
-from .models import EncoderClassifier, EncoderConfig
-from .padding import Collate, pad_batch
-from .train import predict
+from ..models import EncoderClassifier, EncoderConfig
+from ..padding import Collate, pad_batch
+from ..train import predict
 
 MiB = 2**20
 
@@ -217,7 +217,7 @@ def peak_mib(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
         path = Path(tmp) / "probe.pt"
         torch.save({"config": src.cfg.to_dict(), "state": src.state_dict(),
                     "ids": ids.cpu(), "mask": mask.cpu()}, path)
-        extra = bench.peak_rss("course_lib.ladder_meters:serve_probe",
+        extra = bench.peak_rss("course_lib.capstone.ladder_meters:serve_probe",
                                {"path": str(path), "int8": rung.int8, "amp": rung.amp,
                                 "sdpa": rung.sdpa}, prepare=True).extra_bytes
     return (weights + extra) / MiB
