@@ -37,6 +37,16 @@ def forward_call(model: torch.nn.Module, *inputs: torch.Tensor,
     return run
 
 
+def backward_call(model: torch.nn.Module, *inputs: torch.Tensor) -> Callable[[], None]:
+    """A no-argument function that zeroes ``model``'s gradients, runs ``model(*inputs)``, sums
+    the output to a scalar and backpropagates: the arithmetic of a training step without the
+    optimizer, what ``compare`` times when the alternatives are models to train."""
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        model(*inputs).float().sum().backward()
+    return run
+
+
 def synchronize(device: torch.device | str | None = None) -> None:
     kind = torch.device(device).type if device is not None else None
     if (kind in (None, "cuda")) and torch.cuda.is_available():

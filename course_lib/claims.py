@@ -192,6 +192,12 @@ _CLAIMS = [
           Rule("time of a kernel that skips the window's masked tiles (FlexAttention's block "
                "mask where it runs, else the course's tiled kernel) ÷ dense SDPA's time without a "
                "mask, same inputs, interleaved", "<=", 0.5)),
+    Claim("lowrank_attention_cuts_compute", "004",
+          "优化注意力机制的计算，如使用……分解注意力……可以大幅减少计算复杂度并降低内存消耗。",
+          "Factorized (low-rank) attention greatly reduces the computation of attention.",
+          "09_attention",
+          Rule("time of low-rank attention (keys and values pooled to 256 rows, Linformer-style) ÷ "
+               "dense SDPA's time, same inputs at 4,096 tokens, interleaved", "<=", 0.5)),
     Claim("optimizations_keep_accuracy", "004",
           "优化通常不会显著降低模型精度，甚至可能会通过减少过拟合来提高精度。",
           "Optimization usually does not significantly lower accuracy, and may even raise it.",

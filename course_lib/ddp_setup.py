@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Sampler
 
 __all__ = ["BACKENDS", "resolve_backend", "auto_threads", "ShardedBatchSampler", "worker_corpus",
-           "worker_model", "accuracy_of_params"]
+           "worker_model", "accuracy_of_params", "items_per_rank"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -119,3 +119,23 @@ def accuracy_of_params(cfg, params: torch.Tensor) -> float:
     torch.nn.utils.vector_to_parameters(params.to(torch.float32), model.parameters())
     loader = make_loader(corpus.val, batch_size=64, shuffle=False, max_length=cfg.max_length)
     return float(evaluate(model.eval(), loader)["accuracy"])
+
+
+def items_per_rank(n_items: int, *, world_size: int, distributed: bool, batch_size: int = 50,
+                   seed: int = 0) -> list[set[int]]:
+    """The items each of ``world_size`` ranks loads in one epoch of ``range(n_items)``: with a
+    ``DistributedSampler`` (one shared seed, disjoint shares), or with a plain shuffled
+    DataLoader per rank, each seeded by its rank (what a script without a sampler does)."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    if n_items < 1 or world_size < 1:
+        raise ValueError(f"n_items and world_size must be >= 1, got {n_items}, {world_size}")
+    out = []
+    for rank in range(world_size):
+        sampler = (DistributedSampler(range(n_items), num_replicas=world_size, rank=rank, shuffle=True,
+                                      seed=seed) if distributed else None)
+        loader = DataLoader(range(n_items), batch_size=batch_size, sampler=sampler, shuffle=sampler is None,
+                            generator=torch.Generator().manual_seed(seed + rank))
+        out.append({int(i) for batch in loader for i in batch})
+    return out

@@ -172,3 +172,17 @@ def test_forward_call_runs_the_model_in_inference_mode_inside_the_context():
     seen.clear()
     bench.forward_call(Probe(), a, b, context=ctx)()
     assert seen == ["enter", True, "exit"]
+
+
+def test_backward_call_matches_a_hand_backward():
+    import torch
+    from course_lib import bench
+    torch.manual_seed(0)
+    m, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
+    bench.backward_call(m, x)()
+    got = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    m(x).sum().backward()
+    assert all(torch.equal(g, p.grad) for g, p in zip(got, m.parameters()))
+    bench.backward_call(m, x)()                      # gradients are zeroed first, not accumulated
+    assert all(torch.equal(g, p.grad) for g, p in zip(got, m.parameters()))

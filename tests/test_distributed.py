@@ -222,3 +222,13 @@ def test_easy_task_and_the_accuracy_of_returned_parameters():
     assert accuracy_of_params(cfg, out["params"]) == pytest.approx(ref["accuracy"])
     with pytest.raises(ValueError, match="params has"):
         accuracy_of_params(cfg, out["params"][:-1])
+
+
+def test_items_per_rank_with_and_without_a_sampler():
+    from course_lib.ddp_setup import items_per_rank
+    shared = items_per_rank(100, world_size=2, distributed=True)
+    assert not shared[0] & shared[1] and shared[0] | shared[1] == set(range(100))   # disjoint, complete
+    own = items_per_rank(100, world_size=2, distributed=False)
+    assert own[0] == own[1] == set(range(100))                                      # each rank loads all
+    with pytest.raises(ValueError, match="world_size"):
+        items_per_rank(10, world_size=0, distributed=True)
