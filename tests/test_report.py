@@ -105,6 +105,20 @@ def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
     assert run_name({"device": "cpu", "device_name": "Intel(R) Xeon(R)", "threads": 2}) == "cpu_Intel_R_Xeon_R_2_threads"
 
 
+def test_save_run_counts_a_lesson_on_fewer_threads_as_the_same_machine(tmp_path):
+    """Lesson 09 times on one torch thread: the same CPU, so one run, named after the most."""
+    from course_lib.tools.saved_runs import save_run
+
+    for stem, threads in (("00_welcome", 2), ("09_attention", 1)):
+        payload = _payload(stem, "cpu", 1.0)
+        payload["hardware"] = {**payload["hardware"], "threads": threads}
+        (tmp_path / f"{stem}.json").write_text(json.dumps(payload))
+    path = save_run(tmp_path, directory=tmp_path / "store")
+    run = json.loads(path.read_text())
+    assert path.name.endswith("_2_threads.json") and run["hardware"]["threads"] == 2
+    assert run["lessons"]["09_attention"]["hardware"]["threads"] == 1
+
+
 def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkeypatch):
     """The lessons run with notebooks/ as their working directory: a relative --out must still
     put the results where index.html is built from (seen broken on a fresh clone)."""

@@ -35,6 +35,12 @@ def label(run: dict) -> str:
     return f"{hw.get('device_name', '?')} ({kind}, torch {hw.get('torch_version', '?')})"
 
 
+def _machine(hardware: dict) -> dict:
+    """What identifies a machine in a hardware record: everything but the torch thread count,
+    which a lesson may set for itself."""
+    return {k: v for k, v in hardware.items() if k != "threads"}
+
+
 def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
              directory: Path = RUNS_DIR) -> Path:
     """Store the results in ``results_dir`` as one reference run named after the machine.
@@ -46,12 +52,15 @@ def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
     smoke = sorted(stem for stem, r in results.items() if r.get("smoke"))
     if smoke:
         raise ValueError(f"smoke-mode results cannot be a reference run: {', '.join(smoke)}")
-    machines = {run_name(r["hardware"]) for r in results.values()}
+    machines = {json.dumps(_machine(r["hardware"]), sort_keys=True) for r in results.values()}
     if len(machines) != 1:
-        raise ValueError(f"results from several machines in {results_dir}: {sorted(machines)}")
-    hardware = next(iter(results.values()))["hardware"]
+        names = sorted({run_name(r["hardware"]) for r in results.values()})
+        raise ValueError(f"results from several machines in {results_dir}: {names}")
+    # A lesson may time on fewer torch threads than the machine has (09 uses one); it is the
+    # same machine, its own count stays in its hardware record, and the run takes the largest.
+    hardware = max((r["hardware"] for r in results.values()), key=lambda h: h.get("threads") or 0)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{machines.pop()}.json"
+    path = directory / f"{run_name(hardware)}.json"
     payload = {"hardware": hardware, "lessons": results,
                "seconds": {k: round(v, 1) for k, v in (seconds or {}).items() if k in results}}
     path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
