@@ -1,7 +1,7 @@
 # Efficient Transformers, Hands-On
 #   make lab     create .venv, install the course, open JupyterLab on notebooks/
 #                (make lab PORT=9999 picks the port; as root it adds --allow-root)
-#   make test    same set-up, then every test (unit, notebooks, nbval, browser)
+#   make test    same set-up, then every test (unit, lessons in smoke mode, browser, smoke site)
 #   make report  execute every lesson at learner defaults into build/, with a summary page
 #
 # TORCH_SPEC chooses the torch requirement. The default is the normal release; CI on a
@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu widget-times report site test-site clean install
+.PHONY: lab test test-unit test-notebooks test-nbval test-browser test-gpu widget-times report site test-site test-site-smoke test-compat clean install
 
 install: $(STAMP)
 
@@ -45,6 +45,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
 	$(MAKE) --no-print-directory test-notebooks
 	$(MAKE) --no-print-directory test-browser
+	$(MAKE) --no-print-directory test-site-smoke
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
@@ -66,8 +67,10 @@ test-gpu: $(STAMP)
 # is kept for a quick look: a lost kernel reply (nbclient issue 312) makes nbval wait out the cell
 # timeout, then the cell passes and the notebook's later cells run as non-strict xfail; 120 s
 # bounds that cost. The papermill run retries instead (course_lib.tools.notebook_runner).
+# Keeps each executed smoke lesson and its results in build/smoke, for the smoke site.
 test-notebooks: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m notebooks
+	rm -rf build/smoke
+	COURSE_SMOKE_KEEP=build/smoke OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m notebooks
 
 test-nbval: $(STAMP)
 	COURSE_SMOKE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --nbval-lax \
@@ -103,6 +106,23 @@ site: $(SITE_STAMP)
 # internal links, search.
 test-site: site
 	SITE_DIR=build/site $(BIN)/python -m pytest -q tests/website -m site
+
+# The site built from the smoke run that test-notebooks kept, and the same browser checks: what
+# CI builds and tests (the full site needs make report's 25 minutes; make test-site builds it).
+test-site-smoke: $(SITE_STAMP)
+	$(BIN)/python -m course_lib.tools.site --report build/smoke --out build/smoke-site
+	SITE_DIR=build/smoke-site $(BIN)/python -m pytest -q tests/website -m site
+
+# Another torch in a venv of its own (build/compat-venv): the unit tests and every lesson in
+# smoke mode. TORCH_SPEC picks it; the default is the oldest release pyproject.toml allows.
+# A CUDA build from PyPI (about 5 GB, 2 minutes here), so it is not part of make test.
+COMPAT_VENV ?= build/compat-venv
+test-compat:
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q "$(if $(filter torch,$(TORCH_SPEC)),torch==2.4.1,$(TORCH_SPEC))" -e ".[dev,real]"
+	$(COMPAT_VENV)/bin/python -c "import torch; print('make test-compat: torch', torch.__version__)"
+	$(COMPAT_VENV)/bin/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
+	OMP_NUM_THREADS=1 $(COMPAT_VENV)/bin/python -m pytest -q tests -m notebooks
 
 clean:
 	rm -rf build .pytest_cache

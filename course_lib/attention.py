@@ -262,7 +262,7 @@ def flex_plan(device: torch.device | str, *, compiler: tuple[bool, str] | None =
     from .compile import compile_support
 
     try:
-        import torch.nn.attention.flex_attention  # noqa: F401
+        from torch.nn.attention import flex_attention  # noqa: F401  (not "import torch.…": that would make torch local)
     except ImportError:
         return "cuda", f"torch {torch.__version__} has no FlexAttention"
     ok, why = compiler if compiler is not None else compile_support(device)

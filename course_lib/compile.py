@@ -118,14 +118,17 @@ def count_graphs_limited(fn: Callable, calls: Sequence[Sequence], *, recompile_l
     """``count_graphs`` with ``dynamic=False`` under Dynamo's recompile limit
     (``torch._dynamo.config.recompile_limit``, 8 by default): past it, Dynamo stops compiling
     that function and runs it eagerly, so a stream of new shapes silently loses the compiler.
-    Returns the graphs compiled and the calls made."""
+    Returns the graphs compiled, the calls made, the limit and torch's default limit."""
     if recompile_limit < 1:
         raise ValueError(f"recompile_limit must be >= 1, got {recompile_limit}")
     import torch._dynamo.config as dynamo_config
 
-    with _dynamo_quiet(), dynamo_config.patch(recompile_limit=recompile_limit):
+    # torch 2.7 renamed cache_size_limit to recompile_limit
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    default = getattr(dynamo_config, name)
+    with _dynamo_quiet(), dynamo_config.patch(**{name: recompile_limit}):
         graphs = count_graphs(fn, calls, dynamic=False)
-    return {"graphs": graphs, "calls": len(calls), "limit": recompile_limit}
+    return {"graphs": graphs, "calls": len(calls), "limit": recompile_limit, "default": default}
 
 
 @contextlib.contextmanager

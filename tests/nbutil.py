@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -58,6 +60,12 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
     # until the cell timeout; the rerun is printed in the test's output.
     execute_notebook(nb_path, out, parameters={"SMOKE": True}, cwd=nb_path.parent,
                      cell_timeout=cell_timeout)
+    keep = os.environ.get("COURSE_SMOKE_KEEP")   # make test keeps the run for a smoke site
+    if keep:
+        for sub, src in (("notebooks", out), ("results", results_dir / f"{nb_path.stem}.json")):
+            (Path(keep) / sub).mkdir(parents=True, exist_ok=True)
+            if src.exists():
+                shutil.copy(src, Path(keep) / sub / src.name)
     nb = read(out)
     assert not cell_errors(nb)
     errs = widget_errors(nb)

@@ -38,7 +38,11 @@ def test_trimming_inside_the_call_breaks_the_graph_and_the_plain_call_does_not()
 def test_recompile_limit_caps_the_graphs():
     f = lambda x: (x * 2).sum()  # noqa: E731
     calls = [(torch.ones(n),) for n in range(1, 7)]
-    assert count_graphs_limited(f, calls, recompile_limit=2) == {"graphs": 2, "calls": 6, "limit": 2}
+    capped = count_graphs_limited(f, calls, recompile_limit=2)
+    assert {k: capped[k] for k in ("graphs", "calls", "limit")} == {"graphs": 2, "calls": 6, "limit": 2}
+    assert capped["default"] == 8   # torch's default, restored after the call
+    import torch._dynamo.config as dc
+    assert getattr(dc, "recompile_limit", getattr(dc, "cache_size_limit", None)) == 8
     assert count_graphs_limited(f, calls, recompile_limit=8)["graphs"] == 6
     with pytest.raises(ValueError, match="recompile_limit"):
         count_graphs_limited(f, calls, recompile_limit=0)

@@ -133,6 +133,22 @@ def test_peak_memory_in_a_fresh_process_exceeds_the_weights(smoke_run):
     assert M.peak_mib(zoo, inputs, rung) == zoo.size_bytes(rung) / 2**20   # weights only
 
 
+def test_peaks_in_parallel_go_to_their_own_rungs(smoke_run):
+    """Two fresh processes at a time: each rung still gets its own figure."""
+    import pytest
+
+    zoo, inputs, _, _ = smoke_run
+    rungs = [ladder.Rung("baseline"), ladder.Rung("student_int8", distill=True, int8=True)]
+    assert M.peaks_mib(zoo, inputs, rungs) == {r.key: zoo.size_bytes(r) / 2**20 for r in rungs}
+    measured = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", progress=False,
+                        settings=dataclasses.replace(SMOKE, measure_memory=True))
+    peaks = M.peaks_mib(measured, inputs, rungs)
+    assert list(peaks) == [r.key for r in rungs]
+    assert all(peaks[r.key] > measured.size_bytes(r) / 2**20 for r in rungs)
+    with pytest.raises(ValueError, match="workers"):
+        M.peaks_mib(zoo, inputs, rungs, workers=0)
+
+
 def test_accuracy_stays_within_the_bounds_of_the_numerics_only_techniques(trained):
     zoo, inputs = trained
     base = M.accuracy(zoo, inputs, ladder.Rung("baseline"))

@@ -49,3 +49,12 @@ def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
     page = site.claims_page(results, runs)
     assert page.count("<tr><td>") == len(CLAIMS)
     assert f"| `{next(iter(CLAIMS))}` | holds |" in page
+
+
+def test_home_page_says_when_it_was_built_from_a_smoke_run():
+    lessons = {"00_x": ("Welcome", "memory")}
+    hw = {"device": "cpu", "device_name": "FakeCPU"}
+    full = site.home_page(lessons, {}, {"00_x": {"smoke": False, "hardware": hw}}, {})
+    smoke = site.home_page(lessons, {}, {"00_x": {"smoke": True, "hardware": hw}}, {})
+    assert "smoke build" not in full and "A smoke build" in smoke
+    assert "FakeCPU" in full and "[Welcome](00_x)" in full

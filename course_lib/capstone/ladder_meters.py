@@ -14,6 +14,7 @@ import functools
 import itertools
 import statistics
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -223,6 +224,18 @@ def peak_mib(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
     return (weights + extra) / MiB
 
 
+def peaks_mib(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, workers: int = 2
+              ) -> dict[tuple, float]:
+    """``peak_mib`` of each rung, by ``Rung.key``. On a CPU the fresh processes run ``workers``
+    at a time: each process has its own peak RSS, so they do not disturb one another."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    parallel = zoo.settings.measure_memory and zoo.device.type != "cuda"
+    with ThreadPoolExecutor(workers if parallel else 1) as pool:
+        values = list(pool.map(lambda r: peak_mib(zoo, inputs, r), rungs))
+    return {r.key: v for r, v in zip(rungs, values)}
+
+
 def serve_probe(*, path: str, int8: bool, amp: bool, sdpa: bool, prepare: bool = False):
     """A CPU forward pass of a saved model on a saved batch, for ``bench.peak_rss``
     (``prepare=True`` returns it, built before the memory baseline is read)."""
@@ -265,7 +278,7 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                                                      if r.key in front and r.key not in full)])
     train_s = train_epoch_samples(zoo, [r for r in points if r.key in full
                                         or not (r.distill or r.prune)])
-    peak = {r.key: peak_mib(zoo, inputs, r) for r in rungs}
+    peak = peaks_mib(zoo, inputs, rungs)
     table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
                      # where it ran: int8 models stay on the CPU even on a GPU machine
                      "device": model_device(zoo.model(r)).type,

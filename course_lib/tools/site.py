@@ -139,7 +139,11 @@ def home_page(lessons: dict, times: dict, results: dict, runs: dict) -> str:
         rows.append(f"| {n} | [{title}]({stem}) | {measures} | {verdicts} | {ran} |")
     hw = next(iter(results.values()), {}).get("hardware", {})
     machine = f"{hw.get('device_name', '?')} ({hw.get('device', '?')}), torch {hw.get('torch_version', '?')}"
-    return f"""# Efficient Transformers, Hands-On
+    smoke = any(r.get("smoke") for r in results.values())
+    banner = ("\n\n> **A smoke build.** These pages come from the lessons run in smoke mode (what CI "
+              "runs: tiny data, a few steps), so their numbers and verdicts mean little. "
+              "`make report` then `make site` builds the site at learner defaults.\n" if smoke else "")
+    return f"""# Efficient Transformers, Hands-On{banner}
 
 An interactive course on making Transformer models fit in memory and run fast: each technique
 is built from scratch, measured live on your own hardware and checked against what two widely

@@ -32,25 +32,41 @@ def visit(page, url: str) -> list[str]:
     return errors
 
 
-def test_every_page_loads_without_errors(site, base_url, page):
-    names = pages(site)
+@pytest.fixture(scope="module")
+def visited(site, base_url, browser) -> dict[str, dict]:
+    """Each page opened once (the tests below share the visit): its errors, title, links and
+    images (drawn or not)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
+    out = {}
+    for name in pages(site):
+        pg = ctx.new_page()
+        pg.set_default_timeout(20_000)
+        errors = visit(pg, f"{base_url}/{name}")
+        out[name] = {"errors": errors, "title": pg.title(),
+                     "hrefs": pg.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"),
+                     "imgs": pg.eval_on_selector_all(
+                         "article img", "els => els.map(e => [e.complete && e.naturalWidth > 0, e.src])")}
+        pg.close()
+    ctx.close()
+    return out
+
+
+def test_every_page_loads_without_errors(visited):
+    names = list(visited)
     assert "index.html" in names and "claims.html" in names and "hardware.html" in names
-    lessons = [n for n in names if re.match(r"\d\d_", n)]
-    assert lessons, "no lesson pages"
-    for name in names:
-        errors = visit(page, f"{base_url}/{name}")
-        assert not errors, f"{name}: {errors}"
-        assert page.title(), f"{name} has no title"
+    assert [n for n in names if re.match(r"\d\d_", n)], "no lesson pages"
+    for name, seen in visited.items():
+        assert not seen["errors"], f"{name}: {seen['errors']}"
+        assert seen["title"], f"{name} has no title"
 
 
-def test_every_figure_of_a_lesson_is_on_its_page(site, base_url, page):
-    for src in sorted(SOURCE.glob("[0-9]*.ipynb")):
+def test_every_figure_of_a_lesson_is_on_its_page(visited):
+    sources = sorted(SOURCE.glob("[0-9]*.ipynb"))
+    assert sources, f"no lesson sources in {SOURCE}"
+    for src in sources:
         nb = json.loads(src.read_text())
         want = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
-        visit(page, f"{base_url}/{src.stem}.html")
-        imgs = page.eval_on_selector_all(
-            "article img", "els => els.map(e => [e.complete && e.naturalWidth > 0, e.src])")
-        drawn = [s for ok, s in imgs if ok]
+        drawn = [s for ok, s in visited[f"{src.stem}.html"]["imgs"] if ok]
         assert len(drawn) >= want, f"{src.stem}: {len(drawn)} figures drawn, the notebook has {want}"
 
 
@@ -63,12 +79,10 @@ def test_claims_page_has_one_row_per_registered_claim(base_url, page):
         assert verdict in text
 
 
-def test_internal_links_resolve(site, base_url, page):
+def test_internal_links_resolve(site, visited):
     broken = []
-    for name in pages(site):
-        visit(page, f"{base_url}/{name}")
-        hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
-        for href in hrefs:
+    for name, seen in visited.items():
+        for href in seen["hrefs"]:
             if urlparse(href).scheme or href.startswith(("mailto:", "#")):
                 continue
             target = urldefrag(urljoin(f"/{name}", href))[0].lstrip("/")
