@@ -119,7 +119,7 @@ test-site-smoke: $(SITE_STAMP)
 COMPAT_VENV ?= build/compat-venv
 test-compat:
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python -m pip install -q "$(if $(filter torch,$(TORCH_SPEC)),torch==2.4.1,$(TORCH_SPEC))" -e ".[dev,real]"
+	$(COMPAT_VENV)/bin/python -m pip install -q "$(if $(filter torch,$(TORCH_SPEC)),torch==2.6.0,$(TORCH_SPEC))" -e ".[dev,real]"
 	$(COMPAT_VENV)/bin/python -c "import torch; print('make test-compat: torch', torch.__version__)"
 	$(COMPAT_VENV)/bin/python -m pytest -q tests -m "not notebooks and not browser and not gpu and not site"
 	OMP_NUM_THREADS=1 $(COMPAT_VENV)/bin/python -m pytest -q tests -m notebooks
