@@ -82,7 +82,7 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
         assert lo <= r["value"] <= hi, f"{r['name']} = {r['value']} {r['unit']} out of bounds"
         if r["unit"] in ("s", "ms"):
             assert r.get("device"), f"{r['name']}: a time recorded without its device"
-    from course_lib.claims import for_lesson
+    from course_lib.measure.claims import for_lesson
 
     judged = {v["claim"]: v["outcome"] for v in payload.get("verdicts", [])}
     # a claim the hardware cannot judge (a GPU claim on a CPU) is recorded as not judged here

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.activation_memory import growth_exponent, parameter_state_bytes, saved_activation_bytes
-from course_lib.models import build_model, count_parameters
+from course_lib.measure.memory import growth_exponent, parameter_state_bytes, saved_activation_bytes
+from course_lib.core.model import build_model, count_parameters
 
 
 class TwoLinear(nn.Module):
@@ -49,7 +49,7 @@ def test_growth_exponent_hand_values_and_errors():
 
 
 def test_memory_by_width_matches_a_direct_count_and_finds_the_crossover():
-    from course_lib.activation_memory import memory_by_width
+    from course_lib.measure.memory import memory_by_width
 
     rows = memory_by_width(50, [64, 256, 2048], batch=8, length=128)
     m = build_model(50, preset="teacher", seed=0, d_model=256, d_ff=512, n_heads=4, n_layers=4)

@@ -1,11 +1,12 @@
-"""course_lib.amp: the AMP loop on CPU, the gradient scaler's reaction to inf, no deprecations."""
+"""course_lib.precision.amp: the AMP loop on CPU, the gradient scaler's reaction to inf, no deprecations."""
 import warnings
 
 import pytest
 import torch
 
-from course_lib import amp
-from course_lib.models import build_model
+from course_lib.core import train
+from course_lib.precision import amp
+from course_lib.core.model import build_model
 
 
 def toy_loader(n_batches=4, batch=8, length=12, vocab=50, seed=0):
@@ -71,9 +72,9 @@ def test_layer_and_op_dtypes_under_bf16():
 
 
 def test_precision_choice_and_step_fn():
-    assert amp.choose_precision("cpu").name in ("bf16", "fp32")
-    assert amp.precision("fp16").use_scaler and not amp.precision("bf16").use_scaler
-    step = amp.make_step_fn(tiny(), toy_loader()[0], precision_name="bf16", device="cpu")
+    assert train.choose_precision("cpu").name in ("bf16", "fp32")
+    assert train.precision("fp16").use_scaler and not train.precision("bf16").use_scaler
+    step = train.make_step_fn(tiny(), toy_loader()[0], precision_name="bf16", device="cpu")
     step()
     assert amp.synthetic_step(precision_name="fp32", vocab_size=50, preset="student",
                               batch_size=2, length=8) is None
@@ -81,11 +82,11 @@ def test_precision_choice_and_step_fn():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="name must be one of"):
-        amp.precision("fp8")
+        train.precision("fp8")
     with pytest.raises(ValueError, match="steps must be"):
         amp.amp_train(tiny(), toy_loader(), steps=0)
     with pytest.raises(ValueError, match="init_scale"):
-        amp.make_scaler("cpu", init_scale=float("inf"))
+        train.make_scaler("cpu", init_scale=float("inf"))
 
 
 def test_evaluate_under_bf16_autocast_in_eval_mode():
@@ -112,7 +113,7 @@ def test_evaluate_under_bf16_autocast_in_eval_mode():
 
 
 def test_speed_by_batch_pairs_each_precision_with_fp32_and_counts_real_tokens():
-    from course_lib import amp_speed
+    from course_lib.precision import speed as amp_speed
     batches = {4: toy_loader(1, batch=4)[0], 8: toy_loader(1, batch=8)[0]}
     batches[8]["attention_mask"][:, 6:] = False          # half the positions are padding
     rows = amp_speed.by_batch(tiny, batches, device="cpu", repeats=2, warmup=0)

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib import amp_memory
-from course_lib.activation_memory import saved_activation_bytes
-from course_lib.models import build_model, count_parameters
+from course_lib.precision import memory as amp_memory
+from course_lib.measure.memory import saved_activation_bytes
+from course_lib.core.model import build_model, count_parameters
 
 
 class OneLinear(nn.Module):

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from course_lib import attention as A
-from course_lib import attention_memory as M
+from course_lib.attention import sdpa as A
+from course_lib.attention import memory as M
 
 
 def _qkv(b=2, h=3, length=70, d=16, seed=0, grad=False):
@@ -183,7 +183,7 @@ def test_measured_peak_of_naive_attention_follows_the_model():
 @pytest.mark.parametrize("length, window, block", [(64, 1, 8), (64, 8, 8), (64, 9, 8), (70, 20, 16),
                                                    (32, 100, 8), (17, 3, 4)])
 def test_window_tile_fraction_counts_the_tiles_the_mask_touches(length, window, block):
-    from course_lib.attention import sliding_window_mask, window_tile_fraction
+    from course_lib.attention.sdpa import sliding_window_mask, window_tile_fraction
     m = sliding_window_mask(length, window=window)
     n = -(-length // block)
     padded = torch.zeros(n * block, n * block, dtype=torch.bool)
@@ -195,7 +195,7 @@ def test_window_tile_fraction_counts_the_tiles_the_mask_touches(length, window, 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch.compile's own internals
 def test_flex_window_attention_matches_sdpa_with_the_window_mask():
-    from course_lib.attention import flex_window_attention, sdpa_attention, sliding_window_mask
+    from course_lib.attention.sdpa import flex_window_attention, sdpa_attention, sliding_window_mask
     L, W, B = 256, 20, 64
     try:
         fn, skipped = flex_window_attention(L, window=W, block_size=B)
@@ -206,15 +206,15 @@ def test_flex_window_attention_matches_sdpa_with_the_window_mask():
         pytest.skip(f"FlexAttention unavailable here: {err}")
     ref = sdpa_attention(q, k, v, mask=sliding_window_mask(L, window=W))
     assert torch.allclose(out, ref, atol=1e-4)
-    from course_lib.attention import window_tile_fraction
+    from course_lib.attention.sdpa import window_tile_fraction
     assert skipped == pytest.approx(1 - window_tile_fraction(L, window=W, block_size=B))
     with pytest.raises(ValueError, match="window"):
         flex_window_attention(L, window=0, block_size=B)
 
 
 def test_the_flex_plan_skips_only_for_a_stated_reason():
-    from course_lib.attention import flex_plan
-    from course_lib.results import NEEDS
+    from course_lib.attention.sdpa import flex_plan
+    from course_lib.measure.results import NEEDS
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
     except ImportError:   # torch < 2.5: no FlexAttention, whatever the device
@@ -228,7 +228,7 @@ def test_the_flex_plan_skips_only_for_a_stated_reason():
 
 
 def test_lookups_find_the_row_or_case_asked_for_and_name_what_is_missing():
-    from course_lib.attention_memory import ms_at, peak_of, predict_case, predict_memory
+    from course_lib.attention.memory import ms_at, peak_of, predict_case, predict_memory
     rows = [{"method": "naive", "length": 64, "ms": 1.5}, {"method": "sdpa", "length": 64, "ms": 0.5}]
     assert ms_at(rows, method="sdpa", length=64) == 0.5
     with pytest.raises(KeyError, match="method='tiled', length=64"):

@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from course_lib import bench
-from course_lib.device import amp_dtype, capabilities, pick_device, report_markdown
-from course_lib.results import Recorder, load_results
+from course_lib.measure import bench
+from course_lib.core.device import amp_dtype, capabilities, pick_device, report_markdown
+from course_lib.measure.results import Recorder, load_results
 
 
 class FakeClock:
@@ -61,7 +61,7 @@ def test_compare_rotates_the_order_of_each_repeat_when_asked():
 
 
 def test_compare_over_gives_one_speedup_per_input_and_their_mean(clock):
-    from course_lib.verdicts import mean_and_se
+    from course_lib.measure.verdicts import mean_and_se
     calls = []
 
     def make(x):       # the baseline lasts x s, the other x / 2 on inputs 4 and 8, x / 3 on 6
@@ -90,8 +90,8 @@ def test_bench_bad_arguments():
 
 
 def test_peak_rss_sees_a_large_allocation():
-    small = bench.peak_rss("course_lib.bench:_probe_allocate", {"mib": 1})
-    big = bench.peak_rss("course_lib.bench:_probe_allocate", {"mib": 200})
+    small = bench.peak_rss("course_lib.measure.bench:_probe_allocate", {"mib": 1})
+    big = bench.peak_rss("course_lib.measure.bench:_probe_allocate", {"mib": 200})
     assert big.extra_bytes - small.extra_bytes > 150 * 2**20
 
 
@@ -141,7 +141,7 @@ def test_device_choice_and_report():
 
 
 def test_timing_flags_a_spread_larger_than_its_median():
-    from course_lib.bench import Timing
+    from course_lib.measure.bench import Timing
     calm = Timing((0.010, 0.011, 0.010, 0.012, 0.011))
     busy = Timing((0.010, 0.011, 0.050, 0.090, 0.012))
     assert not calm.noisy and "noisy" not in str(calm)
@@ -153,7 +153,7 @@ def test_forward_call_runs_the_model_in_inference_mode_inside_the_context():
 
     from torch import nn
 
-    from course_lib import bench
+    from course_lib.measure import bench
     seen = []
 
     class Probe(nn.Module):
@@ -176,7 +176,7 @@ def test_forward_call_runs_the_model_in_inference_mode_inside_the_context():
 
 def test_backward_call_matches_a_hand_backward():
     import torch
-    from course_lib import bench
+    from course_lib.measure import bench
     torch.manual_seed(0)
     m, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
     bench.backward_call(m, x)()

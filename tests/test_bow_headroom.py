@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.bow import BagOfWords, train_bag_of_words
-from course_lib.data import RULES, CorpusConfig, load_corpus
+from course_lib.core.bow import BagOfWords, train_bag_of_words
+from course_lib.core.data import RULES, CorpusConfig, load_corpus
 from course_lib.tools.headroom import LENGTH_BINS, LessonRecipes, accuracy_by_rule, rule_table
-from course_lib.student_runs import StudentRecipe
+from course_lib.distill.students import StudentRecipe
 
 
 def test_bag_of_words_is_the_mean_of_word_weights_and_ignores_order_and_padding():

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.claims import ARTICLES, CLAIMS, judge
-from course_lib.results import Recorder
-from course_lib.verdicts import (OUTCOMES, Rule, accuracy_se, difference_se, mean_and_se,
+from course_lib.measure.claims import ARTICLES, CLAIMS, judge
+from course_lib.measure.results import Recorder
+from course_lib.measure.verdicts import (OUTCOMES, Rule, accuracy_se, difference_se, mean_and_se,
                                  paired_ratio)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
 
 
 def test_paired_accuracy_change_matches_a_hand_count():
-    from course_lib.verdicts import paired_accuracy_change
+    from course_lib.measure.verdicts import paired_accuracy_change
 
     before = [1, 1, 1, 1, 0, 0, 0, 0, 1, 1]
     after = [1, 1, 1, 0, 0, 0, 1, 1, 1, 1]    # one broken, two fixed: +1 of 10 = +10 points
@@ -99,7 +99,7 @@ def test_paired_accuracy_change_matches_a_hand_count():
 @pytest.mark.parametrize("dof, table", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776),
                                         (9, 2.262), (29, 2.045), (math.inf, 1.960)])
 def test_t_quantile_matches_the_printed_table(dof, table):
-    from course_lib.verdicts import t_quantile
+    from course_lib.measure.verdicts import t_quantile
     assert t_quantile(0.975, dof) == pytest.approx(table, abs=1e-3)
 
 
@@ -117,7 +117,7 @@ def test_few_seeds_earn_a_wide_interval_where_2_se_would_have_called_it():
 
 
 def test_difference_call_reaches_gain_loss_and_noise():
-    from course_lib.verdicts import Estimate, difference_call
+    from course_lib.measure.verdicts import Estimate, difference_call
     assert difference_call(Estimate(3.0, 1.0, 1e9)) == "a gain"
     assert difference_call(Estimate(-3.0, 1.0, 1e9)) == "a loss"
     assert difference_call(Estimate(3.0, 1.0, 2.0)) == "within the noise"    # t(0.975, 2) = 4.30

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib import compile_timing as CT
-from course_lib.compile import count_graphs_limited, graph_breaks, trimmed_forward
+from course_lib.optim import compile_timing as CT
+from course_lib.optim.compile import count_graphs_limited, graph_breaks, trimmed_forward
 
 
 class Tiny(nn.Module):

@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from course_lib.data import (NEGATORS, POSITIVE, CorpusConfig, Vocab, build_vocab, generate,
+from course_lib.core.data import (NEGATORS, POSITIVE, CorpusConfig, Vocab, build_vocab, generate,
                              length_stats, load_corpus)
 
 
 def score_by_hand(text: str) -> float:
     """An independent re-implementation of the documented label rules, from the words alone."""
-    from course_lib.data import INTENSIFIERS, NEGATIVE, OPENERS
+    from course_lib.core.data import INTENSIFIERS, NEGATIVE, OPENERS
     values = {**POSITIVE, **NEGATIVE}
     openers = {" ".join(o) for o in OPENERS}
     total = 0.0
@@ -50,7 +50,7 @@ def test_labels_follow_the_documented_rules():
 
 def rules_by_hand(text: str) -> tuple[str, ...]:
     """The rule tags recomputed from the words alone (independent of the generator)."""
-    from course_lib.data import INTENSIFIERS, OPENERS, RULES
+    from course_lib.core.data import INTENSIFIERS, OPENERS, RULES
     tags, signs = set(), set()
     for sent in text.replace("!", ".").split(" . "):
         sent = sent.strip(" .")
@@ -75,7 +75,7 @@ def test_rule_tags_match_the_words():
     for r in reviews:
         assert r.rules == rules_by_hand(r.text), r.text
     seen = {t for r in reviews for t in r.rules}
-    from course_lib.data import RULES
+    from course_lib.core.data import RULES
     assert seen == set(RULES)   # every tag occurs in a few hundred reviews
 
 
@@ -94,7 +94,7 @@ def test_order_matters_bag_of_words_is_not_enough():
     # bag of words and flips the label: no bag-of-words model can get both right.
     from collections import Counter
 
-    from course_lib.data import POSITIVE
+    from course_lib.core.data import POSITIVE
     cfg = CorpusConfig(p_contrast=1.0, p_opener=0.0, p_negate=0.0, p_intensify=0.0, max_opinions=1)
     swapped_flips = 0
     for r in generate(200, cfg=cfg, seed=4):
@@ -147,7 +147,7 @@ def test_bad_scale_and_n():
 
 
 def test_teacher_training_set_extends_the_training_split_without_touching_other_splits():
-    from course_lib.data import teacher_training_set
+    from course_lib.core.data import teacher_training_set
     cfg = CorpusConfig(n_train=50, n_val=20, n_test=30, n_transfer=20, n_teacher_extra=40)
     corpus = load_corpus(cfg)
     big = teacher_training_set(corpus)

@@ -1,11 +1,11 @@
-"""Tests of course_lib.ddp_timing with fake launch/train functions: every configuration runs once
+"""Tests of course_lib.distributed.timing with fake launch/train functions: every configuration runs once
 per round, the order rotates, each gets the same model and global batch, and speed-ups are the
 per-round ratios by hand."""
 import statistics
 
 import pytest
 
-from course_lib.ddp_timing import interleaved_step_times, speedup
+from course_lib.distributed.timing import interleaved_step_times, speedup
 
 
 def test_rounds_rotate_and_configurations_share_the_global_batch():

@@ -3,13 +3,13 @@ import math
 import pytest
 import torch
 
-from course_lib.batching import make_loader
-from course_lib.data import load_corpus
-from course_lib.distill import (DistillSet, HiddenStateMatcher, distill, distillation_loss,
+from course_lib.core.batching import make_loader
+from course_lib.core.data import load_corpus
+from course_lib.distill.losses import (DistillSet, HiddenStateMatcher, distill, distillation_loss,
                                 pooled_hidden, soft_loss, soft_targets, teacher_logits)
-from course_lib.models import build_model
-from course_lib.padding import pad_batch
-from course_lib.train import TrainConfig
+from course_lib.core.model import build_model
+from course_lib.core.padding import pad_batch
+from course_lib.core.train import TrainConfig
 
 
 def kl_by_hand(p, q):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.data import load_corpus
-from course_lib.ddp_launch import (DistributedRunError, launch, ring_allreduce_seconds,
+from course_lib.core.data import load_corpus
+from course_lib.distributed.launch import (DistributedRunError, launch, ring_allreduce_seconds,
                                    scaling_model, torchrun_command)
-from course_lib.ddp_setup import ShardedBatchSampler, resolve_backend
-from course_lib.distributed import DRY_RUN, WorkerConfig, make_loader, parse_args, run_training
+from course_lib.distributed.setup import ShardedBatchSampler, resolve_backend
+from course_lib.distributed.ddp import DRY_RUN, WorkerConfig, make_loader, parse_args, run_training
 
 
 def test_backend_auto_and_bad_names():
@@ -68,7 +68,7 @@ def test_bad_arguments_are_clear_errors():
 
 def test_torchrun_command_single_and_multi_node():
     one = torchrun_command(["--dry-run"], nproc=2)
-    assert "--standalone" in one and one[-3:] == ["-m", "course_lib.distributed", "--dry-run"]
+    assert "--standalone" in one and one[-3:] == ["-m", "course_lib.distributed.ddp", "--dry-run"]
     multi = torchrun_command([], nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="node0:29500")
     assert "--standalone" not in multi and "node0:29500" in multi and "4" in multi
 
@@ -126,7 +126,7 @@ def test_two_ranks_match_one_process_and_accumulation():
 def test_one_process_run_matches_a_plain_torch_loop():
     # The reference for the DDP check, written without the course's loop: the same batches,
     # model and seed, SGD with gradient clipping, step by step.
-    from course_lib.models import build_model
+    from course_lib.core.model import build_model
     cfg = WorkerConfig(**{**DRY_RUN, "steps": 4, "optimizer": "sgd", "lr": 0.1, "threads": 1,
                           "batch_size": 8})
     got = run_training(cfg)
@@ -205,10 +205,10 @@ def test_torchrun_command_as_typed_elsewhere():
 
 
 def test_easy_task_and_the_accuracy_of_returned_parameters():
-    from course_lib.batching import make_loader as course_loader
-    from course_lib.data import CorpusConfig
-    from course_lib.ddp_setup import accuracy_of_params, worker_corpus, worker_model
-    from course_lib.train import evaluate
+    from course_lib.core.batching import make_loader as course_loader
+    from course_lib.core.data import CorpusConfig
+    from course_lib.distributed.setup import accuracy_of_params, worker_corpus, worker_model
+    from course_lib.core.train import evaluate
     cfg = WorkerConfig(**{**DRY_RUN, "steps": 3, "optimizer": "sgd", "lr": 0.1, "threads": 1, "task": "easy"})
     easy = worker_corpus(cfg)
     want = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)
@@ -225,7 +225,7 @@ def test_easy_task_and_the_accuracy_of_returned_parameters():
 
 
 def test_items_per_rank_with_and_without_a_sampler():
-    from course_lib.ddp_setup import items_per_rank
+    from course_lib.distributed.setup import items_per_rank
     shared = items_per_rank(100, world_size=2, distributed=True)
     assert not shared[0] & shared[1] and shared[0] | shared[1] == set(range(100))   # disjoint, complete
     own = items_per_rank(100, world_size=2, distributed=False)

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from course_lib import embedding_checks as E
-from course_lib import real_model as R
+from course_lib.real_model import checks as E
+from course_lib.real_model import encoder as R
 
 
 def test_attention_flop_share_by_hand():

@@ -1,7 +1,7 @@
 """exercises.check never stops "Run All" for a learner, and always raises for a solution."""
 import pytest
 
-from course_lib.exercises import check
+from course_lib.ui.exercises import check
 
 
 def _raises(exc):

@@ -100,7 +100,7 @@ def test_installed_package_loads_the_checksummed_baseline(tmp_path):
                     str(src)], check=True, cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = ("import course_lib, json; from course_lib import checkpoints\n"
+    probe = ("import course_lib, json; from course_lib.core import checkpoints\n"
              "m, info = checkpoints.load_baseline(train_if_missing=False, progress=False)\n"
              "print(json.dumps({'file': course_lib.__file__, 'source': info['source'],\n"
              "                  'sha': info['sha256']}))\n")
@@ -110,5 +110,5 @@ def test_installed_package_loads_the_checksummed_baseline(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(site), got["file"]  # the installed copy, not the checkout
     assert got["source"] == "checkpoint"
-    manifest = (ROOT / "course_lib" / "weights" / "baseline.json").read_text()
+    manifest = (ROOT / "course_lib" / "core" / "weights" / "baseline.json").read_text()
     assert re.search(rf'"sha256": "{got["sha"]}"', manifest)

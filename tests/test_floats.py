@@ -1,4 +1,4 @@
-"""course_lib.floats: bit layouts against torch's own dtypes, the derived table, rounding."""
+"""course_lib.floats.formats: bit layouts against torch's own dtypes, the derived table, rounding."""
 import math
 
 import pytest
@@ -6,8 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import float_torch, floats
-from course_lib.floats import FORMATS
+from course_lib.floats import in_torch as float_torch
+from course_lib.floats import formats as floats
+from course_lib.floats.formats import FORMATS
 
 STORED = [n for n, f in FORMATS.items() if f.dtype is not None]
 INT = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
@@ -138,7 +139,7 @@ def test_bad_input_gives_clear_errors():
 def test_gradient_magnitudes_are_autograd_gradients_by_hand():
     from torch import nn
 
-    from course_lib.float_torch import gradient_magnitudes
+    from course_lib.floats.in_torch import gradient_magnitudes
     lin = nn.Linear(3, 1, bias=False)
     with torch.no_grad():
         lin.weight.copy_(torch.tensor([[1.0, 0.0, -2.0]]))
@@ -152,5 +153,5 @@ def test_gradient_magnitudes_are_autograd_gradients_by_hand():
 
 
 def test_short_switches_to_scientific_outside_readable_range():
-    from course_lib.floats import short
+    from course_lib.floats.formats import short
     assert short(65504.0) == "6.55e+04" and short(0.0009765625) == "9.766e-04" and short(1.5) == "1.5"

@@ -35,7 +35,7 @@ def test_lesson_runs_on_the_gpu(nb_path, tmp_path, monkeypatch):
 
 
 def test_precision_rule_follows_compute_capability():
-    from course_lib.amp import choose_precision
+    from course_lib.core.train import choose_precision
 
     p = choose_precision("cuda")
     if _cc()[0] >= 8:
@@ -46,7 +46,7 @@ def test_precision_rule_follows_compute_capability():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_sdpa_kernel_choice_with_and_without_a_mask(dtype):
-    from course_lib.attention import sdpa_backend, sliding_window_mask
+    from course_lib.attention.sdpa import sdpa_backend, sliding_window_mask
 
     if dtype == torch.bfloat16 and _cc()[0] < 8:
         pytest.skip("bf16 needs compute capability >= 8")
@@ -60,9 +60,9 @@ def test_sdpa_kernel_choice_with_and_without_a_mask(dtype):
 
 
 def test_flash_attention_memory_and_agreement_at_4096():
-    from course_lib.amp import choose_precision
-    from course_lib.attention import naive_attention, sdpa_attention
-    from course_lib.attention_memory import cuda_peak
+    from course_lib.core.train import choose_precision
+    from course_lib.attention.sdpa import naive_attention, sdpa_attention
+    from course_lib.attention.memory import cuda_peak
 
     dtype = {"bf16": "bfloat16", "fp16": "float16"}[choose_precision("cuda").name]
     case = dict(batch=1, heads=4, length=4096, head_dim=64, device="cuda", dtype=dtype)
@@ -75,8 +75,8 @@ def test_flash_attention_memory_and_agreement_at_4096():
 
 
 def test_grad_scaler_skips_an_overflowing_fp16_step():
-    from course_lib.amp import make_scaler
-    from course_lib.step import train_step
+    from course_lib.core.train import make_scaler
+    from course_lib.core.train import train_step
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2).cuda()
@@ -99,7 +99,7 @@ def test_grad_scaler_skips_an_overflowing_fp16_step():
 
 
 def test_two_to_four_sparse_matmul_agrees_with_the_masked_dense_one():
-    from course_lib.pruning import semi_structured_mask
+    from course_lib.pruning.masks import semi_structured_mask
 
     if _cc() < (8, 0):
         pytest.skip("semi-structured sparse kernels need compute capability >= 8.0")
@@ -114,7 +114,7 @@ def test_two_to_four_sparse_matmul_agrees_with_the_masked_dense_one():
 
 
 def test_ddp_backend_matches_the_gpus_present():
-    from course_lib.ddp_launch import launch
+    from course_lib.distributed.launch import launch
 
     res = launch(["--dry-run"], nproc=2, timeout=180, echo=False)
     want = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
@@ -124,8 +124,8 @@ def test_ddp_backend_matches_the_gpus_present():
 def test_teacher_with_2_4_sparse_ffn_matches_its_masked_dense_copy():
     import copy
 
-    from course_lib.models import build_model
-    from course_lib.semi_structured import apply_2_4, supported
+    from course_lib.core.model import build_model
+    from course_lib.pruning.semi_structured import apply_2_4, supported
 
     ok, why = supported("cuda")
     if not ok:
@@ -148,7 +148,7 @@ def test_course_model_in_16_bit_agrees_with_fp32_and_keeps_padding_out(dtype):
     (not the math fallback) accepts the folded inputs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from course_lib.models import build_model, fold_key_padding
+    from course_lib.core.model import build_model, fold_key_padding
 
     if dtype == torch.bfloat16 and _cc()[0] < 8:
         pytest.skip("bf16 needs compute capability >= 8")
@@ -175,8 +175,8 @@ def test_course_model_in_16_bit_agrees_with_fp32_and_keeps_padding_out(dtype):
 
 
 def test_course_model_trains_a_step_under_the_course_precision():
-    from course_lib.amp import choose_precision
-    from course_lib.models import build_model
+    from course_lib.core.train import choose_precision
+    from course_lib.core.model import build_model
 
     p = choose_precision("cuda")
     model = build_model(100, preset="teacher", seed=0).cuda().train()

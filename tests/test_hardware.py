@@ -3,16 +3,16 @@ import time
 import pytest
 import torch
 
-from course_lib import compile as cc
-from course_lib.hardware import (Machine, Op, encoder_layer_ops, forward_flops, measure_bandwidth,
+from course_lib.optim import compile as cc
+from course_lib.measure.hardware import (Machine, Op, encoder_layer_ops, forward_flops, measure_bandwidth,
                                  measure_matmul_flops, mfu, training_step_flops)
-from course_lib.models import EncoderConfig, build_model
+from course_lib.core.model import EncoderConfig, build_model
 
 
 def test_measurements_divide_the_work_by_the_median_time(monkeypatch):
     # A fake clock that advances 0.5 s per reading: every timed call lasts exactly 0.5 s, so the
     # estimates must equal the work counted by hand over 0.5 s.
-    import course_lib.bench as bench
+    import course_lib.measure.bench as bench
     clock = iter(x * 0.5 for x in range(10_000))
     monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
     assert measure_matmul_flops(size=64, repeats=3) == pytest.approx(2 * 64 ** 3 / 0.5)
@@ -24,7 +24,7 @@ def test_measurements_divide_the_work_by_the_median_time(monkeypatch):
 
 
 def test_machine_records_the_format_of_its_matmul_peak():
-    from course_lib.hardware import measure_machine
+    from course_lib.measure.hardware import measure_machine
 
     m32 = measure_machine(matmul_size=64, copy_mib=1, repeats=1)
     m16 = measure_machine(matmul_size=64, copy_mib=1, repeats=1, dtype=torch.bfloat16)
@@ -101,9 +101,10 @@ def test_compile_falls_back_when_the_compiler_fails(monkeypatch):
 
 def test_no_cxx_compiler_means_no_inductor_on_cpu(monkeypatch):
     monkeypatch.delenv("COURSE_NO_COMPILE", raising=False)
-    monkeypatch.setattr(cc.shutil, "which", lambda name: None)
-    ok, reason = cc.compile_support("cpu")
-    if cc.sys.platform != "win32":
+    from course_lib.core import device
+    monkeypatch.setattr(device.shutil, "which", lambda name: None)
+    ok, reason = device.compile_support("cpu")
+    if device.sys.platform != "win32":
         assert not ok and "C++" in reason
 
 

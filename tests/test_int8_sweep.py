@@ -1,12 +1,12 @@
-"""Tests of course_lib.int8_sweep: the block is what it says, rows are complete, and the
+"""Tests of course_lib.quant.sweep: the block is what it says, rows are complete, and the
 'first width' rule is monotone (checked on hand-made rows, not on timings)."""
 import pytest
 import torch
 
 import math
 
-from course_lib.int8_sweep import feed_forward_block, first_width_holding, int8_speedups
-from course_lib.verdicts import Rule
+from course_lib.quant.sweep import feed_forward_block, first_width_holding, int8_speedups
+from course_lib.measure.verdicts import Rule
 
 
 def test_feed_forward_block_shape_and_seed():

@@ -4,13 +4,13 @@ import pytest
 import torch
 from torch.utils.data import Subset
 
-from course_lib import data as D
-from course_lib.amp import amp_train
-from course_lib.batching import make_loader
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.distributed import WorkerConfig
-from course_lib.models import build_model
-from course_lib.train import TrainConfig, evaluate, task_loss, train
+from course_lib.core import data as D
+from course_lib.precision.amp import amp_train
+from course_lib.core.batching import make_loader
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.distributed.ddp import WorkerConfig
+from course_lib.core.model import build_model
+from course_lib.core.train import TrainConfig, evaluate, task_loss, train
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from course_lib.capstone import ladder
 from course_lib.capstone import ladder_analysis as A
 from course_lib.capstone import ladder_meters as M
 from course_lib.capstone.model_zoo import ModelZoo
-from course_lib.batching import make_loader
-from course_lib.checkpoints import load_baseline
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.models import build_model
-from course_lib.results import Recorder
+from course_lib.core.batching import make_loader
+from course_lib.core.checkpoints import load_baseline
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.core.model import build_model
+from course_lib.measure.results import Recorder
 
 SMOKE = ladder.Settings(fixed_length=128, fixed_train_batches=1, bucket_train_batches=2,
                         fixed_test_reviews=8, warmup=0, repeats=1, test_repeats=1,
@@ -67,7 +67,7 @@ def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset(
 
 
 def test_mixed_precision_is_unavailable_exactly_where_the_course_keeps_fp32():
-    from course_lib.amp import choose_precision
+    from course_lib.core.train import choose_precision
     here = ladder.unavailable_here("cpu")
     assert ("amp" in here) == (choose_precision("cpu").dtype is None)
     if "amp" in here:
@@ -214,15 +214,11 @@ def test_effect_summary_front_and_bounds_read_the_table():
 
 
 def test_each_techniques_tolerance_is_shared_by_its_claim_and_the_ladder():
-    from course_lib import amp, distill, pruning, quant
-    from course_lib.claims import CLAIMS
-    assert ladder.BOUNDS == {"amp": amp.ACCURACY_TOLERANCE_POINTS,
-                             "distill": distill.ACCURACY_TOLERANCE_POINTS,
-                             "prune": pruning.ACCURACY_TOLERANCE_POINTS,
-                             "int8": quant.INT8_ACCURACY_TOLERANCE_POINTS}
-    for claim, tol in (("distillation_keeps_accuracy", distill.ACCURACY_TOLERANCE_POINTS),
-                       ("pruning_keeps_accuracy", pruning.ACCURACY_TOLERANCE_POINTS),
-                       ("quantization_keeps_accuracy", quant.INT8_ACCURACY_TOLERANCE_POINTS)):
+    from course_lib.measure.claims import ACCURACY_TOLERANCE_POINTS as tolerances, CLAIMS
+    assert ladder.BOUNDS == tolerances
+    for claim, tol in (("distillation_keeps_accuracy", tolerances["distill"]),
+                       ("pruning_keeps_accuracy", tolerances["prune"]),
+                       ("quantization_keeps_accuracy", tolerances["int8"])):
         assert CLAIMS[claim].rule.threshold == -tol and CLAIMS[claim].rule.direction == ">="
 
 
@@ -264,11 +260,11 @@ def test_stack_versus_product_and_the_guide_read_the_table():
 
 
 def test_the_zoo_serves_the_stored_student_for_the_stored_teacher(trained):
-    from course_lib.checkpoints import stored_student
+    from course_lib.distill.stored import stored_student
     zoo, _ = trained
     stored = stored_student(zoo.teacher)
     if stored is None:
-        pytest.skip("needs the stored student (python -m course_lib.checkpoints --student)")
+        pytest.skip("needs the stored student (python -m course_lib.tools.checkpoints --student)")
     fresh = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", settings=SMOKE, progress=False)
     served = fresh.model(ladder.Rung("s", distill=True))
     assert "stored student" in fresh.student_source

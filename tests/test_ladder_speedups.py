@@ -4,7 +4,7 @@ import math
 import pytest
 
 from course_lib.capstone import ladder_speedups as S
-from course_lib.verdicts import Estimate, fmt, paired_ratio
+from course_lib.measure.verdicts import Estimate, fmt, paired_ratio
 
 
 def _point(name, **samples):

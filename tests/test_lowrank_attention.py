@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from course_lib import lowrank_attention as LR
+from course_lib.attention import lowrank as LR
 
 
 def qkv(length=64, d=16, scale=1.0, seed=0):

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.models import (EncoderClassifier, EncoderConfig, build_model, count_parameters,
+from course_lib.core.model import (EncoderClassifier, EncoderConfig, build_model, count_parameters,
                                padding_mask)
-from course_lib.positions import apply_rotary, rotary_tables
+from course_lib.core.model import apply_rotary, rotary_tables
 
 
 def tiny(**kw):
@@ -141,7 +141,7 @@ def test_positions_none_makes_the_model_blind_to_word_order():
 
 
 def test_alibi_bias_and_slopes_match_hand_computation():
-    from course_lib.positions import alibi_bias, alibi_slopes
+    from course_lib.core.model import alibi_bias, alibi_slopes
     b = alibi_bias(3, torch.tensor([1.0, 0.25]))
     hand = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
     assert b.shape == (1, 2, 3, 3)
@@ -150,7 +150,7 @@ def test_alibi_bias_and_slopes_match_hand_computation():
 
 
 def test_folded_key_padding_equals_a_boolean_mask():
-    from course_lib.models import sdpa
+    from course_lib.core.model import sdpa
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 2, 7, 8) for _ in range(3))
     real = torch.ones(3, 7, dtype=torch.bool)

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.optim import OPTIMIZERS, Lamb, make_optimizer, memory_per_parameter, single_step_delta, state_bytes
+from course_lib.optim.optimizers import OPTIMIZERS, Lamb, make_optimizer, single_step_delta, state_bytes
+from course_lib.measure.memory import memory_per_parameter
 
 
 def test_lamb_first_step_matches_hand_computation():

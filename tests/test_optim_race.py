@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.optim_race import (RunResult, accuracy_over_time, best_per_optimizer, extend_grid,
+from course_lib.optim.race import (RunResult, accuracy_over_time, best_per_optimizer, extend_grid,
                                    grid_edges, lr_grid, race, run_budget, summarize)
-from course_lib.train import History
+from course_lib.core.train import History
 
 
 def tiny_problem():
@@ -105,7 +105,7 @@ def test_grid_edges_and_extension_by_hand():
 
 
 def test_race_extends_the_grid_past_an_edge(monkeypatch):
-    import course_lib.optim_race as race_mod
+    import course_lib.optim.race as race_mod
     calls = []
 
     def fake_run_budget(build, loader, val, *, specs, **kw):   # accuracy peaks at lr 0.03

@@ -3,8 +3,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from course_lib.models import build_model
-from course_lib.packing import (PackedCollate, PackingBatchSampler, block_mask, pack,
+from course_lib.core.model import build_model
+from course_lib.packing.pack import (PackedCollate, PackingBatchSampler, block_mask, pack,
                                 pack_best_fit, pack_greedy, packed_forward, packed_task_loss)
 
 def unpack(values, seq_ids, n_seqs):
@@ -52,7 +52,7 @@ def test_bin_packers_cover_and_fit(lengths, max_len):
 @given(st.lists(st.integers(1, 100), min_size=1, max_size=300), st.integers(1, 5),
        st.integers(1, 3))
 def test_packing_sampler_epoch_and_ranks(lengths, rows, replicas):
-    from course_lib.ddp_setup import ShardedBatchSampler
+    from course_lib.distributed.setup import ShardedBatchSampler
 
     samplers = [ShardedBatchSampler(PackingBatchSampler(lengths, max_len=128, rows_per_batch=rows,
                                                         megabatch_size=50, seed=3),
@@ -106,10 +106,10 @@ def test_packing_bad_input():
 def test_issue_targets_on_course_corpus_lengths():
     """Issue targets at batch 32: token budget >= 0.95, packing >= 0.99; sortish with megabatches
     of 100 batches reaches 0.947 (0.95 needs a megabatch spanning nearly the whole split)."""
-    from course_lib.batching import BucketBatchSampler, TokenBudgetBatchSampler
-    from course_lib.data import CorpusConfig, generate
-    from course_lib.packing import packing_efficiency
-    from course_lib.padding import batches_efficiency
+    from course_lib.core.batching import BucketBatchSampler, TokenBudgetBatchSampler
+    from course_lib.core.data import CorpusConfig, generate
+    from course_lib.packing.pack import packing_efficiency
+    from course_lib.core.padding import batches_efficiency
 
     lengths = [len(r.text.split()) for r in generate(4000, cfg=CorpusConfig(), seed=123)]
     assert batches_efficiency(lengths, list(BucketBatchSampler(lengths, batch_size=32, megabatch_size=100))) >= 0.94

@@ -3,8 +3,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.batching import BucketBatchSampler
-from course_lib.padding import Collate, pad_batch
+from course_lib.core.batching import BucketBatchSampler
+from course_lib.core.padding import Collate, pad_batch
 
 
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=20))
@@ -82,9 +82,9 @@ def test_bucket_sampler_bad_input():
 
 
 # --- lesson 01/02 additions -------------------------------------------------------------
-from course_lib.batching import (TokenBudgetBatchSampler, UniformLengthBatchSampler,
+from course_lib.core.batching import (TokenBudgetBatchSampler, UniformLengthBatchSampler,
                                  make_loader, uniform_length_batches)
-from course_lib.padding import (batches_efficiency, fixed_length, key_padding_mask,
+from course_lib.core.padding import (batches_efficiency, fixed_length, key_padding_mask,
                                 lengths_to_mask, padded_tokens)
 
 LENGTHS = st.lists(st.integers(1, 200), min_size=1, max_size=200)
@@ -164,7 +164,7 @@ def test_sharded_samplers_give_every_rank_the_same_steps(lengths, bs, replicas, 
     """Each rank builds the sampler with the same seed and wraps it: equal batch counts on every
     rank (unequal counts deadlock DDP), and together the ranks cover the epoch: exactly once
     with drop_last (the remainder dropped), at least once without (the first batches repeat)."""
-    from course_lib.ddp_setup import ShardedBatchSampler
+    from course_lib.distributed.setup import ShardedBatchSampler
 
     def make():
         if kind == "bucket":
@@ -229,7 +229,7 @@ def test_make_loader_with_a_subset():
 
 
 def test_random_batches_cover_every_index_once_and_follow_the_seed():
-    from course_lib.batching import random_batches
+    from course_lib.core.batching import random_batches
 
     a, b = random_batches(10, batch_size=4, seed=3), random_batches(10, batch_size=4, seed=3)
     assert a == b and [len(x) for x in a] == [4, 4, 2]
@@ -245,7 +245,7 @@ def test_random_batches_cover_every_index_once_and_follow_the_seed():
 @given(st.lists(st.integers(1, 500), min_size=2, max_size=300), st.integers(1, 17),
        st.floats(0, 1), st.booleans(), st.integers(0, 99))
 def test_noisy_sort_covers_every_index_once_per_epoch(lengths, bs, noise, drop_last, seed):
-    from course_lib.batching import NoisySortBatchSampler
+    from course_lib.core.batching import NoisySortBatchSampler
     s = NoisySortBatchSampler(lengths, batch_size=bs, noise=noise, drop_last=drop_last, seed=seed)
     for _ in range(2):
         batches = list(s)
@@ -258,7 +258,7 @@ def test_noisy_sort_covers_every_index_once_per_epoch(lengths, bs, noise, drop_l
 
 
 def test_noisy_sort_at_zero_noise_pads_like_the_full_sort_and_still_changes_batches():
-    from course_lib.batching import NoisySortBatchSampler, kept_batch_mates, uniform_length_batches
+    from course_lib.core.batching import NoisySortBatchSampler, kept_batch_mates, uniform_length_batches
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 60, (2000,), generator=g).tolist()   # many ties, as in the corpus
     s = NoisySortBatchSampler(lengths, batch_size=16, noise=0.0, seed=0)
@@ -279,7 +279,7 @@ def test_noisy_sort_at_zero_noise_pads_like_the_full_sort_and_still_changes_batc
 
 
 def test_kept_batch_mates_by_hand():
-    from course_lib.batching import kept_batch_mates
+    from course_lib.core.batching import kept_batch_mates
     assert kept_batch_mates([[0, 1], [2, 3]], [[1, 0], [3, 2]]) == 1.0
     assert kept_batch_mates([[0, 1], [2, 3]], [[0, 1], [2], [3]]) == 0.5
     assert kept_batch_mates([[0, 1, 2]], [[0, 1], [2]]) == pytest.approx((1 / 2 + 1 / 2 + 0) / 3)

@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from course_lib import precision_regression as pr
-from course_lib.claims import judge
-from course_lib.data import CorpusConfig, load_corpus
+from course_lib.precision import regression as pr
+from course_lib.measure.claims import judge
+from course_lib.core.data import CorpusConfig, load_corpus
 
 
 def run_(recipe, seed, mae, diverged=None):

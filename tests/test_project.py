@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from course_lib import checkpoints
+from course_lib.core import checkpoints
 from course_lib.tools import colab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_every_notebook_has_current_colab_cells():
 
 def test_stored_baseline_loads_and_verifies():
     info = checkpoints.verify()
-    assert info is not None, "course_lib/weights/baseline.* missing or checksum mismatch"
+    assert info is not None, "course_lib/core/weights/baseline.* missing or checksum mismatch"
     model, meta = checkpoints.load_baseline(train_if_missing=False)
     assert meta["source"] == "checkpoint"
     assert sum(p.numel() for p in model.parameters()) == info["parameters"]
@@ -57,10 +57,11 @@ def test_stored_baseline_loads_and_verifies():
 
 def test_stored_student_belongs_to_the_stored_baseline():
     info = checkpoints.verify("student")
-    assert info is not None, "course_lib/weights/student.* missing or checksum mismatch"
+    assert info is not None, "course_lib/core/weights/student.* missing or checksum mismatch"
     assert info["teacher_sha256"] == checkpoints.verify()["sha256"]
     teacher, _ = checkpoints.load_baseline(train_if_missing=False)
-    student, meta = checkpoints.stored_student(teacher)
+    from course_lib.distill.stored import stored_student
+    student, meta = stored_student(teacher)
     assert meta["source"] == "checkpoint" and student.cfg.n_layers == teacher.cfg.n_layers // 2
     assert sum(p.numel() for p in student.parameters()) == info["parameters"]
 

@@ -1,4 +1,4 @@
-"""Tests of course_lib.pruning: sparsity reached, masks kept, exact structured pruning."""
+"""Tests of course_lib.pruning.masks: sparsity reached, masks kept, exact structured pruning."""
 import copy
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.nn.utils import prune as tprune
 
-from course_lib import pruning
-from course_lib.models import build_model
+from course_lib.pruning import masks as pruning
+from course_lib.core.model import build_model
 
 VOCAB = 40
 

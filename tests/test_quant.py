@@ -1,4 +1,4 @@
-"""Tests of course_lib.quant: the quantizer's guarantees and the int8 model paths."""
+"""Tests of course_lib.quant.int8: the quantizer's guarantees and the int8 model paths."""
 from __future__ import annotations
 
 import warnings
@@ -7,11 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib import quant
-from course_lib.batching import make_loader
-from course_lib.data import load_corpus
-from course_lib.models import build_model
-from course_lib.train import TrainConfig, predict, train
+from course_lib.measure.memory import state_dict_bytes
+from course_lib.measure.scoring import agreement
+from course_lib.quant import int8 as quant
+from course_lib.core.batching import make_loader
+from course_lib.core.data import load_corpus
+from course_lib.core.model import build_model
+from course_lib.core.train import TrainConfig, predict, train
 
 CASES = [(b, s, g) for b in range(2, 9) for s in quant.SCHEMES for g in quant.GRANULARITIES]
 
@@ -110,7 +112,7 @@ def trained():
     """The stored baseline if there is one, else a small model trained in seconds."""
     corpus = load_corpus(scale=0.1)
     try:
-        from course_lib.checkpoints import load_baseline
+        from course_lib.core.checkpoints import load_baseline
         model, _ = load_baseline(corpus, train_if_missing=False)
     except FileNotFoundError:
         torch.manual_seed(0)
@@ -128,7 +130,7 @@ def test_dynamic_int8_agrees_with_fp32_and_warns_nothing(trained):
     ref, _ = predict(model, loader)
     got, _ = predict(q, loader)
     assert 0.05 < float(ref.argmax(-1).float().mean()) < 0.95, "the model predicts one class"
-    assert quant.agreement(ref, got) >= 0.98
+    assert agreement(ref, got) >= 0.98
 
 
 def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
@@ -139,7 +141,7 @@ def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
     plain, _ = predict(q, loader)
     mixed, _ = predict(q, loader, autocast_dtype=torch.bfloat16)
     assert not torch.equal(plain, mixed)          # the rest of the model did run in BF16
-    assert quant.agreement(plain, mixed) >= 0.95
+    assert agreement(plain, mixed) >= 0.95
 
 
 def test_every_matrix_of_the_course_model_is_quantized(trained):
@@ -159,7 +161,7 @@ def test_every_matrix_of_the_course_model_is_quantized(trained):
     rest = sum(p.numel() for n, p in model.named_parameters() if not any(
         n == f"{name}" for name, _ in quant.matmul_weights(model)))
     by_hand = matrices + 4 * rest
-    assert quant.state_dict_bytes(q) == pytest.approx(by_hand, rel=0.15)
+    assert state_dict_bytes(q) == pytest.approx(by_hand, rel=0.15)
 
 
 def test_torchs_attention_keeps_two_projections_fp32():
@@ -210,7 +212,7 @@ def test_per_channel_dynamic_int8_is_closer_to_fp32_on_a_layer_with_uneven_rows(
 
 
 def test_the_gpu_int8_plan_names_what_is_missing():
-    from course_lib import quant_gpu
+    from course_lib.quant import gpu as quant_gpu
     assert quant_gpu.plan("cpu")[0] == "cuda"
     assert quant_gpu.plan("cuda", has_torchao=False)[0] == "torchao"     # a GPU without torchao
     assert quant_gpu.plan("cuda", has_torchao=True) is None

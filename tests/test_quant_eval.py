@@ -1,4 +1,4 @@
-"""Tests of course_lib.quant_eval: the paired change and the rule's outcome match a hand
+"""Tests of course_lib.quant.evaluate: the paired change and the rule's outcome match a hand
 computation on hand-made logits; 'holds down to b bits' is monotone; a real sweep on a small
 model sees 8 bits agree with FP32 far more than 2 bits per tensor."""
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from course_lib.models import build_model
-from course_lib.quant_eval import Scored, bit_sweep, compare_to, lowest_holding, rounded_to_zero, score
-from course_lib.verdicts import Rule, t_quantile
+from course_lib.core.model import build_model
+from course_lib.quant.evaluate import Scored, bit_sweep, compare_to, lowest_holding, rounded_to_zero, score
+from course_lib.measure.verdicts import Rule, t_quantile
 
 RULE = Rule("accuracy change (points)", ">=", -1.0)
 

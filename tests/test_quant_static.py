@@ -1,4 +1,4 @@
-"""Tests of course_lib.quant_static: every Linear becomes a statically quantized one with
+"""Tests of course_lib.quant.static: every Linear becomes a statically quantized one with
 calibrated scales; the output stays close to FP32 on the
 calibration distribution; a range fixed in advance clips inputs far outside it."""
 import warnings
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.models import build_model
-from course_lib.quant_static import quantize_static_int8, static_linears
+from course_lib.core.model import build_model
+from course_lib.quant.static import quantize_static_int8, static_linears
 
 
 def _batches(n, *, vocab=200, seed=0):

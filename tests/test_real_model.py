@@ -5,8 +5,8 @@ import builtins
 import pytest
 import torch
 
-from course_lib import real_model as R
-from course_lib.batching import BucketBatchSampler, random_batches
+from course_lib.real_model import encoder as R
+from course_lib.core.batching import BucketBatchSampler, random_batches
 
 st = pytest.importorskip("sentence_transformers", reason="the [real] extra is not installed")
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from course_lib.tools.report import ladder_html, summary_html
-from course_lib.results import load_results
+from course_lib.measure.results import load_results
 
 
 def test_summary_lists_hardware_every_result_and_failures():
@@ -149,7 +149,7 @@ def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkey
 
 
 def test_report_opens_with_the_claims_table():
-    from course_lib.claims import CLAIMS, judge
+    from course_lib.measure.claims import CLAIMS, judge
 
     v = judge("fixed_size_inputs", 0, evidence="ran on 3 lengths, refused none (cpu)")
     results = {"01_padding": {"notebook": "01_padding", "smoke": False,
@@ -166,8 +166,8 @@ def test_report_opens_with_the_claims_table():
 
 
 def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
-    from course_lib.claims import CLAIMS
-    from course_lib.results import Recorder
+    from course_lib.measure.claims import CLAIMS
+    from course_lib.measure.results import Recorder
 
     rec = Recorder("04_mixed_precision", smoke=False)
     rec.skip("fp16_training_speed", needs="cuda", claim="fp16_faster_training",
@@ -183,8 +183,8 @@ def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
 
 
 def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
-    from course_lib.claims import CLAIMS, judge
-    from course_lib.verdicts import t_quantile
+    from course_lib.measure.claims import CLAIMS, judge
+    from course_lib.measure.verdicts import t_quantile
 
     v = judge("quantization_raises_throughput", 1.5, se=0.1, dof=4, evidence="int8 at 1.5x (cpu)")
     page = summary_html({"07_quantization": {"notebook": "07_quantization", "smoke": False,
@@ -206,7 +206,7 @@ def test_values_are_formatted_with_their_units():
 
 
 def test_skipped_sections_are_listed_with_their_reason():
-    from course_lib.results import Recorder
+    from course_lib.measure.results import Recorder
 
     rec = Recorder("09_attention", smoke=False)
     rec.skip("flex_attention", needs="compiler", reason="no C compiler on this machine")

@@ -1,4 +1,4 @@
-"""course_lib.scoring: a score lines up with the dataset's order whatever order the loader
+"""course_lib.measure.scoring: a score lines up with the dataset's order whatever order the loader
 batches in; the sparsity plot draws what the pruning report says."""
 import matplotlib
 
@@ -6,12 +6,12 @@ matplotlib.use("Agg")
 
 import torch
 
-from course_lib import pruning
-from course_lib.batching import make_loader
-from course_lib.data import load_corpus
-from course_lib.models import build_model
-from course_lib.plots import new_figure, sparsity_bars
-from course_lib.scoring import score
+from course_lib.pruning import masks as pruning
+from course_lib.core.batching import make_loader
+from course_lib.core.data import load_corpus
+from course_lib.core.model import build_model
+from course_lib.ui.plots import new_figure, sparsity_bars
+from course_lib.measure.scoring import score
 
 
 def test_score_matches_a_review_by_review_prediction_despite_bucketing():

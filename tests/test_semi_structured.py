@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.models import build_model
-from course_lib.semi_structured import apply_2_4, ffn_linears, fraction_2_4, supported
+from course_lib.core.model import build_model
+from course_lib.pruning.semi_structured import apply_2_4, ffn_linears, fraction_2_4, supported
 
 
 def test_apply_2_4_keeps_the_two_largest_of_every_four():
@@ -40,7 +40,7 @@ def test_convert_needs_a_supported_gpu_and_16_bit_weights():
 
 
 def test_measure_2_4_refuses_a_device_without_the_kernels_and_says_why():
-    from course_lib.semi_structured import measure_2_4
+    from course_lib.pruning.semi_structured import measure_2_4
     ok, why = supported("cpu")
     assert not ok
     with pytest.raises(RuntimeError, match="cannot run here"):

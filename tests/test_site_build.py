@@ -3,7 +3,7 @@ notebook as the site shows it, the reference-run table and the claims page."""
 import json
 
 from course_lib.tools import site
-from course_lib.claims import CLAIMS
+from course_lib.measure.claims import CLAIMS
 from course_lib.tools.colab import BADGE_TAG, SETUP_TAG
 from course_lib.tools.site import ROOT, WIDGET_VIEW
 

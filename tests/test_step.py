@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.step import seeded, train_step
+from course_lib.core.train import seeded, train_step
 
 
 def _loss(model, batch):
@@ -94,11 +94,11 @@ def test_seeded_is_reproducible_and_leaves_the_callers_generator_alone():
 
 
 def test_train_and_amp_train_do_not_reseed_the_callers_generator():
-    from course_lib.amp import amp_train
-    from course_lib.batching import make_loader
-    from course_lib.data import CorpusConfig, load_corpus
-    from course_lib.models import build_model
-    from course_lib.train import TrainConfig, train
+    from course_lib.precision.amp import amp_train
+    from course_lib.core.batching import make_loader
+    from course_lib.core.data import CorpusConfig, load_corpus
+    from course_lib.core.model import build_model
+    from course_lib.core.train import TrainConfig, train
     corpus = load_corpus(CorpusConfig(n_train=32, n_val=4, n_test=4, n_transfer=4, max_length=32))
     torch.manual_seed(5)
     state = torch.get_rng_state()

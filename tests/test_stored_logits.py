@@ -1,10 +1,11 @@
 """Stored teacher logits are used only when they match a live teacher call."""
 import torch
 
-from course_lib import checkpoints
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.distill import DistillSet, teacher_logits
-from course_lib.models import build_model
+from course_lib.core import checkpoints
+from course_lib.distill import stored
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.distill.losses import DistillSet, teacher_logits
+from course_lib.core.model import build_model
 
 
 def _setup():
@@ -17,25 +18,25 @@ def _setup():
 def test_matching_file_is_used_and_a_stale_one_is_recomputed(tmp_path):
     data, teacher = _setup()
     right = teacher_logits(teacher, data)
-    checkpoints.save_teacher_logits(right, tmp_path)
-    got, info = checkpoints.teacher_logits_stored(teacher, data, directory=tmp_path, check_rows=8)
+    stored.save_teacher_logits(right, tmp_path)
+    got, info = stored.teacher_logits_stored(teacher, data, directory=tmp_path, check_rows=8)
     assert info["source"] == "stored" and info["checked_rows"] == 8 and info["max_difference"] < 1e-4
     assert torch.equal(got, right)
 
     stale = right.clone()
     stale[:, 0] += 1.0                      # another teacher's logits
-    checkpoints.save_teacher_logits(stale, tmp_path)
-    got, info = checkpoints.teacher_logits_stored(teacher, data, directory=tmp_path, check_rows=64)
+    stored.save_teacher_logits(stale, tmp_path)
+    got, info = stored.teacher_logits_stored(teacher, data, directory=tmp_path, check_rows=64)
     assert info["source"] == "computed now" and torch.allclose(got, right, atol=1e-5)
 
-    checkpoints.save_teacher_logits(right[:-1], tmp_path)   # one row short: another data set
-    _, info = checkpoints.teacher_logits_stored(teacher, data, directory=tmp_path)
+    stored.save_teacher_logits(right[:-1], tmp_path)   # one row short: another data set
+    _, info = stored.teacher_logits_stored(teacher, data, directory=tmp_path)
     assert info["source"] == "computed now"
 
 
 def test_no_file_computes(tmp_path):
     data, teacher = _setup()
-    got, info = checkpoints.teacher_logits_stored(teacher, data, directory=tmp_path)
+    got, info = stored.teacher_logits_stored(teacher, data, directory=tmp_path)
     assert info["source"] == "computed now" and got.shape == (len(data), 2)
 
 

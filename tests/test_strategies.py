@@ -3,10 +3,10 @@ import pytest
 import torch
 from torch.utils.data import Subset
 
-from course_lib import strategies as S
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.models import build_model
-from course_lib.padding import batches_efficiency
+from course_lib.packing import strategies as S
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.core.model import build_model
+from course_lib.core.padding import batches_efficiency
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
-"""Tests of course_lib.structured: removing units that cannot matter changes nothing; the
+"""Tests of course_lib.pruning.structured: removing units that cannot matter changes nothing; the
 smaller models rebuild from their configs; bad arguments name the parameter."""
 import pytest
 import torch
 
-from course_lib import pruning, structured
-from course_lib.models import EncoderClassifier, build_model, count_parameters
+from course_lib.pruning import masks as pruning
+from course_lib.pruning import structured
+from course_lib.core.model import EncoderClassifier, keep_layers, build_model, count_parameters
 from test_pruning import VOCAB, batch
 
 
@@ -29,9 +30,9 @@ def test_bad_structured_arguments():
     with pytest.raises(ValueError, match="score"):
         structured.prune_ffn_neurons(m, amount=0.5, score="taylor")
     with pytest.raises(ValueError, match=r"layers must be .* \[0, 1\]"):
-        structured.keep_layers(m, [0, 2])
+        keep_layers(m, [0, 2])
     with pytest.raises(ValueError, match="layers must be"):
-        structured.keep_layers(m, [])
+        keep_layers(m, [])
 
 
 def test_structured_pruning_of_zero_importance_neurons_is_exact():
@@ -76,11 +77,11 @@ def test_removing_a_head_whose_output_columns_are_zero_is_exact():
 def test_keep_layers_runs_exactly_the_chosen_blocks():
     m = build_model(VOCAB, preset="teacher", d_model=32, d_ff=32, seed=2).eval()
     ids, mask = batch()
-    same = structured.keep_layers(m, [0, 1, 2, 3])
-    two = structured.keep_layers(m, [0, 2])
+    same = keep_layers(m, [0, 1, 2, 3])
+    two = keep_layers(m, [0, 2])
     with torch.no_grad():
         torch.testing.assert_close(same(ids, mask), m(ids, mask))
-        from course_lib.models import padding_mask
+        from course_lib.core.model import padding_mask
         x, L = m.embed(ids), ids.shape[1]
         for i in (0, 2):   # by hand: block 0, then block 2 of the teacher
             x = m.blocks[i](x, padding_mask(mask), **m.positions(L))
@@ -104,6 +105,6 @@ def test_structured_refuses_masked_model():
     pruning.prune_unstructured(m, amount=0.2)
     for fn in (lambda: structured.prune_ffn_neurons(m, amount=0.5),
                lambda: structured.prune_heads(m, amount=0.5),
-               lambda: structured.keep_layers(m, [0])):
+               lambda: keep_layers(m, [0])):
         with pytest.raises(ValueError, match="make_permanent"):
             fn()

@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from course_lib import student_ladder as sl
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.models import build_model
-from course_lib.student_runs import StudentRecipe
+from course_lib.distill import ladder as sl
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.core.model import build_model
+from course_lib.distill.students import StudentRecipe
 
 
 def test_summary_and_effect_match_a_hand_computation():
@@ -38,5 +38,5 @@ def test_a_tiny_grid_runs_saves_and_loads(tmp_path):
     path = sl.save(tmp_path / "r.json", runs, recipe=recipe, device="cpu", teacher_accuracy=0.5)
     doc = sl.load(path)
     assert doc["runs"] == runs and doc["recipe"]["steps"] == 2 and doc["machine"]["device"] == "cpu"
-    with pytest.raises(FileNotFoundError, match="course_lib.student_ladder"):
+    with pytest.raises(FileNotFoundError, match="course_lib.tools.student_ladder"):
         sl.load(tmp_path / "missing.json")

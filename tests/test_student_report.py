@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from course_lib import student_report as sr
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.models import build_model
+from course_lib.distill import report as sr
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.core.model import build_model
 
 
 def _runs(cells):

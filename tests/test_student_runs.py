@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.distill import UNLABELLED, DistillSet
-from course_lib.models import build_model
-from course_lib.student_runs import (ARMS, STUDENTS, StudentRecipe, build_student,
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.distill.losses import UNLABELLED, DistillSet
+from course_lib.core.model import build_model
+from course_lib.distill.students import (ARMS, STUDENTS, StudentRecipe, build_student,
                                      hard_label_targets, teacher_layers, train_student)
 
 

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from course_lib.batching import make_loader
-from course_lib.data import CorpusConfig, load_corpus
-from course_lib.models import build_model
-from course_lib.train import TrainConfig, evaluate, predict, train, warmup_cosine
+from course_lib.core.batching import make_loader
+from course_lib.core.data import CorpusConfig, load_corpus
+from course_lib.core.model import build_model
+from course_lib.core.train import TrainConfig, evaluate, predict, train, warmup_cosine
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_evaluate_under_bf16_autocast_matches_fp32_closely(corpus):
 def test_training_precision_follows_the_gpu(monkeypatch, cc, want):
     """On CUDA, train() autocasts to bf16 from compute capability 8 and to fp16 below (a T4);
     off CUDA it stays FP32 unless asked; an explicit dtype or None always wins."""
-    from course_lib.train import training_autocast
+    from course_lib.core.train import training_autocast
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: cc)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "test GPU")
@@ -107,10 +107,10 @@ def test_training_precision_follows_the_gpu(monkeypatch, cc, want):
 
 def test_predict_enters_the_context_around_every_forward_pass():
     import contextlib
-    from course_lib.batching import make_loader
-    from course_lib.data import CorpusConfig, load_corpus
-    from course_lib.models import build_model
-    from course_lib.train import evaluate, predict
+    from course_lib.core.batching import make_loader
+    from course_lib.core.data import CorpusConfig, load_corpus
+    from course_lib.core.model import build_model
+    from course_lib.core.train import evaluate, predict
     corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=20, n_transfer=4))
     torch.manual_seed(0)
     model = build_model(len(corpus.vocab), preset="student")
@@ -132,7 +132,7 @@ def test_predict_enters_the_context_around_every_forward_pass():
 
 
 def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():
-    from course_lib.train import correct
+    from course_lib.core.train import correct
     corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=24, n_transfer=4, max_length=48))
     model = build_model(len(corpus.vocab), preset="student", seed=0)
     loader = make_loader(corpus.test, batch_size=5, seed=3)           # shuffled, bucketed

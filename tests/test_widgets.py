@@ -2,12 +2,12 @@
 import ipywidgets as W
 import pytest
 
-from course_lib.widgets import explore
+from course_lib.ui.widgets import explore
 
 
 def test_explore_calls_once_then_on_each_change_and_sets_continuous_update_off(monkeypatch):
     monkeypatch.delenv("COURSE_STATIC", raising=False)
-    monkeypatch.setattr("course_lib.widgets.display", lambda *a, **k: None)
+    monkeypatch.setattr("course_lib.ui.widgets.display", lambda *a, **k: None)
     calls = []
     slider = W.IntSlider(value=3, min=0, max=10)
     text = W.Text(value="a")

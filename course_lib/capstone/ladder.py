@@ -1,7 +1,7 @@
 """The optimization ladder (lesson 11): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
-in ``amp.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
+in ``train.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
 teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
 (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
 math backend, 09). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
@@ -25,22 +25,19 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .. import pruning, quant
-from ..amp import ACCURACY_TOLERANCE_POINTS as AMP_TOLERANCE
-from ..distill import ACCURACY_TOLERANCE_POINTS as DISTILL_TOLERANCE
+from course_lib.measure.claims import ACCURACY_TOLERANCE_POINTS
 
 TECHNIQUES = ("bucketing", "amp", "distill", "prune", "int8", "sdpa")
 RUNG_NAMES = {"bucketing": "bucketing", "amp": "mixed_precision", "distill": "distillation",
               "prune": "pruning", "int8": "int8", "sdpa": "sdpa"}
 METRICS = {"test_accuracy": "fraction", "test_set_s": "s", "latency_b1_ms": "ms",
            "latency_b32_ms": "ms", "train_epoch_s": "s", "size_bytes": "bytes", "peak_mib": "MiB"}
-# The accuracy (points) each technique may cost, as its own module states it (lessons 04-07
-# judge their claims with the same numbers). Bucketing and SDPA have no bound here: they change
+# The accuracy (points) each technique may cost: the table lessons 04-07 judge their claims
+# with (``measure.claims.ACCURACY_TOLERANCE_POINTS``). Bucketing and SDPA have no bound here: they change
 # float rounding only (lessons 01, 02 and 09 measure it), so the ladder scores each model and
 # precision once, with dynamic padding and the fused kernel, and a rung that only adds them has
 # the rung below's accuracy by construction: a check could not fail.
-BOUNDS = {"amp": AMP_TOLERANCE, "distill": DISTILL_TOLERANCE,
-          "prune": pruning.ACCURACY_TOLERANCE_POINTS, "int8": quant.INT8_ACCURACY_TOLERANCE_POINTS}
+BOUNDS = dict(ACCURACY_TOLERANCE_POINTS)
 ACCURACY_NEUTRAL = ("bucketing", "sdpa")
 
 
@@ -100,9 +97,9 @@ def combinations(*, unavailable: Sequence[str] = ()) -> list[Rung]:
 
 def unavailable_here(device: torch.device | str) -> dict[str, str]:
     """Techniques that would be a no-op on ``device``, with the reason: mixed precision where
-    ``amp.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
+    ``train.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
     code twice would only measure noise."""
-    from ..amp import choose_precision
+    from course_lib.core.train import choose_precision
 
     prec = choose_precision(torch.device(device))
     return {} if prec.dtype is not None else {"amp": f"mixed precision is FP32 here ({prec.reason})"}

@@ -8,8 +8,9 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from .ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
-from .ladder_speedups import fmt, multiply_call, product, ratio, speedup
+from course_lib.ui.plots import new_figure
+from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
+from course_lib.capstone.ladder_speedups import fmt, multiply_call, product, ratio, speedup
 
 
 def record(rows: Sequence[dict], rec) -> None:
@@ -172,8 +173,8 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
     """The verdict on "optimizations keep accuracy": the model with every rung stacked against
     the baseline, paired over the test reviews (both score the same reviews, so only those on
     which they disagree carry noise)."""
-    from ..claims import judge
-    from ..verdicts import paired_accuracy_change
+    from course_lib.measure.claims import judge
+    from course_lib.measure.verdicts import paired_accuracy_change
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
     return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,
@@ -198,3 +199,46 @@ def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
             f"{row['latency_b1_ms']:,.2f} ms | {row['latency_b32_ms']:,.1f} ms | "
             f"{row['size_bytes'] / 2**20:.2f} MiB | {row['peak_mib']:,.1f} MiB |")
     return "\n".join(lines)
+
+
+_PARETO_AXES = {"latency_b32_ms": ("latency, batch of 32 (ms, log scale)", 1.0),
+                "latency_b1_ms": ("latency, batch of 1 (ms, log scale)", 1.0),
+                "size_bytes": ("size on disk (MiB, log scale)", 1 / 2**20)}
+
+
+def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str = "latency_b32_ms",
+                  max_drop_points: float = 2.0, selected: dict | None = None):
+    """Lesson 11: accuracy against latency and against size, every measured combination in
+    grey, the Pareto front in green, the ladder's rungs numbered, ``selected`` as a star."""
+
+    if latency not in ("latency_b32_ms", "latency_b1_ms"):
+        raise ValueError(f"latency must be 'latency_b32_ms' or 'latency_b1_ms', got {latency!r}")
+    fig, axes = new_figure(2, width=6, height=4.2)
+    base = rows[0]
+    for ax, x in zip(axes, (latency, "size_bytes")):
+        label, k = _PARETO_AXES[x]
+        ax.scatter([p[x] * k for p in points], [100 * p["test_accuracy"] for p in points], s=14,
+                   color="#BBBBBB", label=f"all {len(points)} combinations")
+        front = pareto_front(points, x=x)
+        ax.plot([p[x] * k for p in front], [100 * p["test_accuracy"] for p in front], "-o", ms=4,
+                color="#55A868", label="Pareto front")
+        ax.plot([r[x] * k for r in rows], [100 * r["test_accuracy"] for r in rows], "--", lw=1,
+                color="#4C72B0", label="the ladder")
+        # Rung numbers, not names: the later rungs sit close together and long labels overlapped.
+        for n, r in enumerate(rows):
+            ax.annotate(str(n), (r[x] * k, 100 * r["test_accuracy"]), fontsize=7, color="#4C72B0",
+                        xytext=(3, 3 + 7 * (n % 2)), textcoords="offset points")
+        ax.axhline(100 * base["test_accuracy"] - max_drop_points, color="k", ls=":", lw=1,
+                   label=f"teacher − {max_drop_points:g} points")
+        if selected is not None:
+            ax.scatter([selected[x] * k], [100 * selected["test_accuracy"]], marker="*", s=220,
+                       color="#C44E52", zorder=5, label="selected")
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("test accuracy (%)")
+    axes[0].set_title("Accuracy vs latency")
+    axes[1].set_title("Accuracy vs size")
+    axes[0].legend(frameon=False, fontsize=7)
+    fig.supxlabel("ladder rungs: " + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
+                  fontsize=7)
+    return fig

@@ -23,15 +23,16 @@ import torch
 from torch.utils.data import Subset
 from tqdm.auto import tqdm
 
-from .. import bench, quant
-from ..amp import choose_precision, make_step_fn
-from ..batching import BucketBatchSampler, make_loader
-from .ladder import Rung, Settings, applied
-from .ladder_analysis import pareto_front
-from .model_zoo import ModelZoo, model_device
-from ..models import EncoderClassifier, EncoderConfig
-from ..padding import Collate, pad_batch
-from ..train import predict
+from course_lib.measure import bench
+from course_lib.quant import int8 as quant
+from course_lib.core.train import choose_precision, make_step_fn
+from course_lib.core.batching import BucketBatchSampler, make_loader
+from course_lib.capstone.ladder import Rung, Settings, applied
+from course_lib.capstone.ladder_analysis import pareto_front
+from course_lib.capstone.model_zoo import ModelZoo, model_device
+from course_lib.core.model import EncoderClassifier, EncoderConfig
+from course_lib.core.padding import Collate, pad_batch
+from course_lib.core.train import predict
 
 MiB = 2**20
 

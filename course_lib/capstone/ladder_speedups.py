@@ -18,7 +18,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from ..verdicts import Estimate, Rule, fmt, paired_ratio  # noqa: F401  (fmt: re-exported)
+from course_lib.measure.verdicts import Estimate, Rule, fmt, paired_ratio  # noqa: F401  (fmt: re-exported)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches

@@ -2,9 +2,9 @@
 pruned versions, and the int8 version of each.
 
 Each build is its lesson's function: the student is lesson 06's best (2 layers initialised from
-the teacher's layers, distilled: ``checkpoints.stored_student`` when the stored one belongs to
-this teacher, else ``student_runs.train_student`` on the teacher's logits, read once by
-``checkpoints.teacher_logits_stored``), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
+the teacher's layers, distilled: ``stored_student`` when the stored one belongs to
+this teacher, else ``distill.students.train_student`` on the teacher's logits, read once by
+``teacher_logits_stored``), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
 ``quant.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on a GPU
 machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
 the model, so the zoo keys models by ``(distill, prune, int8)`` only.
@@ -17,13 +17,16 @@ import time
 import torch
 from torch import nn
 
-from .. import pruning, quant, structured
-from ..batching import make_loader
-from ..checkpoints import stored_student, teacher_logits_stored
-from ..distill import DistillSet
-from .ladder import Rung, Settings
-from ..models import EncoderClassifier
-from ..student_runs import StudentRecipe, train_student
+from course_lib.pruning import masks as pruning
+from course_lib.quant import int8 as quant
+from course_lib.pruning import structured
+from course_lib.core.batching import make_loader
+from course_lib.measure.memory import state_dict_bytes
+from course_lib.distill.stored import stored_student, teacher_logits_stored
+from course_lib.distill.losses import DistillSet
+from course_lib.capstone.ladder import Rung, Settings
+from course_lib.core.model import EncoderClassifier
+from course_lib.distill.students import StudentRecipe, train_student
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -56,9 +59,9 @@ class ModelZoo:
         return self._models[key]
 
     def size_bytes(self, rung: Rung) -> int:
-        """Size on disk: bytes of ``torch.save(state_dict)`` (``quant.state_dict_bytes``)."""
+        """Size on disk: bytes of ``torch.save(state_dict)`` (``state_dict_bytes``)."""
         model = self.model(rung)
-        return quant.state_dict_bytes(model)
+        return state_dict_bytes(model)
 
     def distill_set(self) -> tuple[DistillSet, torch.Tensor]:
         """Lesson 06's distillation set (labelled training split + unlabelled transfer split)
@@ -90,7 +93,7 @@ class ModelZoo:
     def _student(self) -> nn.Module:
         stored = None if self.settings.train_student else stored_student(self.teacher)
         if stored is not None:
-            self.student_source = "the stored student (`python -m course_lib.checkpoints --student`)"
+            self.student_source = "the stored student (`python -m course_lib.tools.checkpoints --student`)"
             return stored[0].to(self.device)
         s = self.settings
         data, cached = self.distill_set()

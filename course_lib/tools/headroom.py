@@ -7,7 +7,7 @@ teacher. This module measures that headroom, with the lessons' own recipes:
 
     python -m course_lib.tools.headroom          # about four minutes on a 2-core CPU
 
-prints (1) the order-free bag of words (``course_lib.bow``), (2) the stored teacher, (3) the
+prints (1) the order-free bag of words (``course_lib.core.bow``), (2) the stored teacher, (3) the
 1-layer student from scratch and (4) distilled on lesson 06's reference-run budget (3 seeds), (5) 8-bit vs
 2-bit per-channel weights (lesson 07), (6) lesson 00's one-epoch training run, and the
 regression model's error against predicting the mean (lesson 04). ``accuracy_by_rule`` is the
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..batching import make_loader
-from ..data import RULES, Corpus, CorpusConfig, load_corpus
-from ..train import TrainConfig, evaluate, predict, train
+from course_lib.core.batching import make_loader
+from course_lib.core.data import RULES, Corpus, CorpusConfig, load_corpus
+from course_lib.core.train import TrainConfig, evaluate, predict, train
 
 LENGTH_BINS = ((0, 40, "under 40 tokens"), (40, 100, "40-99 tokens"), (100, 10**9, "100+ tokens"))
 
@@ -88,10 +88,10 @@ class LessonRecipes:
 def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRecipes,
                  device: torch.device | str = "cpu") -> dict[str, list[float]]:
     """The 1-layer student from scratch and distilled, per seed, with the reference run's
-    recipe (``student_ladder.run_grid``, the function lesson 06 calls)."""
-    from ..distill import DistillSet, teacher_logits
-    from ..student_ladder import run_grid
-    from ..student_runs import StudentRecipe
+    recipe (``distill.ladder.run_grid``, the function lesson 06 calls)."""
+    from course_lib.distill.losses import DistillSet, teacher_logits
+    from course_lib.distill.ladder import run_grid
+    from course_lib.distill.students import StudentRecipe
 
     dset = DistillSet(corpus.train, corpus.transfer)   # lesson 06: the transfer split unlabelled
     cached = teacher_logits(teacher, dset, device=device)
@@ -106,9 +106,9 @@ def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRec
 
 def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float, float]:
     """Lesson 04's regression check in FP32, with the lesson's own call
-    (``precision_regression.run``): mean MAE over seeds, and its ratio to the MAE of
+    (``precision.regression.run``): mean MAE over seeds, and its ratio to the MAE of
     predicting the training mean (below 1: the model learned something)."""
-    from .. import precision_regression as pr
+    from course_lib.precision import regression as pr
 
     easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0),
                        scale=recipes.reg_scale)
@@ -119,10 +119,10 @@ def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float,
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .. import quant
-    from ..bow import train_bag_of_words
-    from ..checkpoints import load_baseline
-    from ..models import build_model
+    from course_lib.quant import int8 as quant
+    from course_lib.core.bow import train_bag_of_words
+    from course_lib.core.checkpoints import load_baseline
+    from course_lib.core.model import build_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")

@@ -28,11 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..claims import CLAIMS
-from ..device import report as hardware_rows
-from ..capstone.ladder import METRICS
-from ..results import load_results
-from .saved_runs import load_runs, reference_values, save_run
+from course_lib.measure.claims import CLAIMS
+from course_lib.core.device import report as hardware_rows
+from course_lib.capstone.ladder import METRICS
+from course_lib.measure.results import load_results
+from course_lib.tools.saved_runs import load_runs, reference_values, save_run
 
 ROOT = Path(__file__).resolve().parents[2]
 LADDER = "11_capstone"
@@ -49,7 +49,7 @@ _SPEEDUP = ("train_epoch_s", "test_set_s")   # times shown with their speed-up o
 
 def execute(nb: Path, out_dir: Path, *, smoke: bool, timeout: int) -> tuple[bool, float, str]:
     """Execute one notebook with papermill in a subprocess; returns (ok, seconds, error)."""
-    from .notebook_runner import execute_notebook
+    from course_lib.tools.notebook_runner import execute_notebook
 
     out = out_dir / "notebooks" / nb.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +157,7 @@ def claims_html(results: dict[str, dict]) -> str:
                     f"<td class='{verdict.replace(' ', '_')}'><b>{verdict}</b></td>"
                     f"<td>{html.escape(where)}</td></tr>")
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
-            "written beside each claim (<code>course_lib.claims</code>) from numbers measured in "
+            "written beside each claim (<code>course_lib.measure.claims</code>) from numbers measured in "
             "this run (value ± the half-width of its 95% interval).</p><table><tr>"
             "<th>claim (original, English)</th><th>article</th><th>lesson</th><th>rule</th>"
             "<th>value</th><th>evidence</th><th>verdict</th><th>hardware</th></tr>"

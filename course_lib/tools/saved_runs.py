@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from ..results import load_results
+from course_lib.measure.results import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS_DIR = ROOT / "data" / "runs"

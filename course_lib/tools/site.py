@@ -25,10 +25,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..claims import CLAIMS
-from .report import _value, claims_html
-from ..results import load_results
-from .saved_runs import load_runs, reference_values
+from course_lib.measure.claims import CLAIMS
+from course_lib.tools.report import _value, claims_html
+from course_lib.measure.results import load_results
+from course_lib.tools.saved_runs import load_runs, reference_values
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -85,7 +85,7 @@ def for_the_site(nb: dict) -> dict:
     """The notebook as the site shows it: without live widget views (their static figures
     stay) or widget state, the Colab badge drawn from the site's own copy, and the Colab-only
     set-up cell removed (the home page gives the set-up)."""
-    from .colab import BADGE_TAG, SETUP_TAG
+    from course_lib.tools.colab import BADGE_TAG, SETUP_TAG
 
     for cell in nb.get("cells", []):
         tags = cell.get("metadata", {}).get("tags", [])
@@ -199,12 +199,12 @@ def hardware_page(results: dict, runs: dict) -> str:
     keys = list(dict.fromkeys(k for h in machines.values() for k in h))
     lines = ["| | " + " | ".join(machines) + " |", "|---|" + "---|" * len(machines)]
     lines += [f"| {k} | " + " | ".join(str(h.get(k, "–")) for h in machines.values()) + " |" for k in keys]
-    return "# Hardware\n\nWhat each run was measured on (`course_lib.device`).\n\n" + "\n".join(lines) + "\n"
+    return "# Hardware\n\nWhat each run was measured on (`course_lib.core.device`).\n\n" + "\n".join(lines) + "\n"
 
 
 def write_sources(report: Path, src: Path) -> int:
     """The Sphinx source tree for ``report``; returns the number of lesson pages."""
-    from .colab import REPO_URL
+    from course_lib.tools.colab import REPO_URL
 
     notebooks = sorted((report / "notebooks").glob("[0-9]*.ipynb"))
     if not notebooks:

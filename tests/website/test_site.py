@@ -10,7 +10,7 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 
-from course_lib.claims import CLAIMS
+from course_lib.measure.claims import CLAIMS
 
 from .conftest import SOURCE
 

@@ -1,0 +1,2 @@
+"""Lesson 03: floating-point formats bit by bit, and as torch stores and computes them.
+"""

@@ -1,0 +1,119 @@
+"""The float formats of ``course_lib.floats.formats`` as torch stores and computes them (lesson 03):
+torch's own answers to compare the exact derivation with (``check_finfo``, ``torch_bits``,
+``torch_e4m3_overflow``), and tensors rounded to a format or summed in it (``simulate_tf32``,
+``round_tensor``, ``running_sum``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.floats.formats import FloatFormat, get_format
+
+__all__ = ["check_finfo", "torch_bits", "torch_e4m3_overflow", "simulate_tf32", "round_tensor",
+           "running_sum"]
+
+
+def check_finfo(fmt: str | FloatFormat) -> dict[str, tuple[float, float]]:
+    """``{quantity: (derived, torch)}`` for a format torch stores (ValueError for tf32).
+
+    torch.finfo has no smallest subnormal; it is read from the bit pattern 0...01 instead.
+    """
+    f = get_format(fmt)
+    if f.dtype is None:
+        raise ValueError(f"fmt must have a torch dtype; {f.name} has none ({f.note})")
+    fi = torch.finfo(f.dtype)
+    one = torch.tensor([1], dtype=_int_dtype(f.bits)).view(f.dtype).float().item()
+    return {"bits": (f.bits, fi.bits), "eps": (f.eps, fi.eps), "max": (f.max, fi.max),
+            "smallest normal": (f.smallest_normal, fi.smallest_normal),
+            "resolution": (f.resolution, fi.resolution),
+            "smallest subnormal": (f.smallest_subnormal, one if f.bits < 64 else
+                                   torch.tensor([1], dtype=torch.int64).view(torch.float64).item())}
+
+
+def _int_dtype(bits: int) -> torch.dtype:
+    return {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[bits]
+
+
+def torch_bits(value: float, fmt: str | FloatFormat) -> int:
+    """The bit pattern torch produces when it converts an FP32 ``value`` to ``fmt``'s dtype."""
+    f = get_format(fmt)
+    if f.dtype is None:
+        raise ValueError(f"fmt must have a torch dtype; {f.name} has none ({f.note})")
+    src = torch.float64 if f.bits == 64 else torch.float32
+    b = int(torch.tensor([value], dtype=src).to(f.dtype).view(_int_dtype(f.bits)).item())
+    return b % (1 << f.bits)
+
+
+def torch_e4m3_overflow() -> str:
+    """What the installed torch makes of a finite FP32 value beyond E4M3's range (1000.0):
+    "saturates" (+-448, OCP's saturating mode, like ``encode``) or "nan" (non-saturating)."""
+    out = float(torch.tensor([1000.0]).to(torch.float8_e4m3fn).float().item())
+    if out == 448.0:
+        return "saturates"
+    if math.isnan(out):
+        return "nan"
+    raise RuntimeError(f"torch cast 1000.0 to float8_e4m3fn as {out}: neither OCP mode")
+
+
+def simulate_tf32(x: torch.Tensor) -> torch.Tensor:
+    """FP32 values rounded (nearest, ties to even) to TF32's 10 mantissa bits, kept in FP32."""
+    if x.dtype != torch.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    bits = x.view(torch.int32)
+    lsb = (bits >> 13) & 1
+    rounded = ((bits + 0xFFF + lsb) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(x), rounded, x)
+
+
+def round_tensor(x: torch.Tensor, fmt: str | FloatFormat) -> torch.Tensor:
+    """A float tensor rounded to ``fmt`` and returned in FP32 (FP64 for fp64)."""
+    f = get_format(fmt)
+    if f.name == "tf32":
+        return simulate_tf32(x.float())
+    out = torch.float64 if f.name == "fp64" else torch.float32
+    return x.to(f.dtype).to(out)
+
+
+def running_sum(values: torch.Tensor, fmt: str | FloatFormat) -> torch.Tensor:
+    """Sum ``values`` one by one with an accumulator stored in ``fmt`` (every partial sum).
+
+    This is what a naive low-precision loop does; matmul kernels instead keep an FP32
+    accumulator. Returns the partial sums in FP32 (FP64 for fp64).
+    """
+    f = get_format(fmt)
+    if values.dim() != 1 or values.numel() == 0:
+        raise ValueError(f"values must be a non-empty 1-d tensor, got shape {tuple(values.shape)}")
+    v = round_tensor(values, f).tolist()
+    acc = torch.zeros((), dtype=torch.float64)
+    out = torch.empty(len(v), dtype=torch.float64)
+    for i, x in enumerate(v):   # each partial sum rounded to fmt, as a loop in fmt would
+        acc = round_tensor((acc + x).reshape(1), f)[0].double()
+        out[i] = acc
+    return out if f.name == "fp64" else out.float()
+
+
+def gradient_magnitudes(model: torch.nn.Module, loader, *, batches: int, loss_fn) -> torch.Tensor:
+    """|gradient| of every parameter, over the first ``batches`` batches of ``loader`` (one
+    backward each, from zeroed gradients; training mode), flattened, exact zeros dropped:
+    the values an FP16 gradient would have to represent (lesson 03's histogram)."""
+    if batches < 1:
+        raise ValueError(f"batches must be >= 1, got {batches}")
+    was_training = model.training
+    model.train()
+    grads = []
+    try:
+        for i, batch in enumerate(loader):
+            if i >= batches:
+                break
+            model.zero_grad(set_to_none=True)
+            loss_fn(model, batch).backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    if not grads:
+        raise ValueError("loader yielded no batch")
+    g = torch.cat(grads).abs()
+    return g[g > 0]

@@ -1,0 +1,133 @@
+"""Where training memory goes: parameter state against the activations autograd stores.
+
+Training keeps, per parameter, the weight, its gradient and the optimizer's state (AdamW: two
+moments; ``memory_per_parameter``). It also keeps, until ``backward``, every tensor the
+forward pass saved for the gradient computation: the activations. Those are counted exactly
+with ``torch.autograd.graph.saved_tensors_hooks``: each saved tensor's storage is counted once
+(several ops save the same tensor), parameters are left out (they are counted as parameter
+state). Deterministic: no timing, no allocator noise.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import torch
+from torch import nn
+
+from course_lib.core.model import count_parameters
+
+__all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width"]
+
+
+def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *,
+                           autocast_dtype: torch.dtype | None = None) -> int:
+    """Bytes of the tensors a training forward pass of ``model`` on (``ids``, ``mask``) saves
+    for backward, each storage once, parameters excluded. The model is left as it was.
+
+    ``autocast_dtype``: the forward runs under ``torch.amp.autocast`` with it (on ``ids``'s
+    device type); the low-precision copies autocast makes of the weights are saved for backward
+    too, and counted here, since they are not the parameters' own storage."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in params and ptr != 0:
+            seen[ptr] = max(seen.get(ptr, 0), storage.nbytes())
+        return t
+
+    was_training = model.training
+    model.train()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.amp.autocast(device_type=ids.device.type, dtype=autocast_dtype or torch.float32,
+                                   enabled=autocast_dtype is not None):
+            out = model(ids, mask)
+        del out   # the graph (and what it saved) is freed here; nothing runs backward
+    finally:
+        model.train(was_training)
+    return sum(seen.values())
+
+
+def parameter_state_bytes(model: nn.Module, *, optimizer: str = "adamw") -> int:
+    """Weights + gradients + optimizer state of ``model`` trained in FP32 with ``optimizer``."""
+    per = memory_per_parameter(optimizer, precision="fp32")["total"]
+    return per * count_parameters(model, trainable_only=True)
+
+
+def growth_exponent(small: float, large: float, *, length_small: int, length_large: int) -> float:
+    """``k`` in ``memory ∝ length^k`` from two measurements (1 = linear, 2 = quadratic)."""
+    if not (small > 0 and large > 0):
+        raise ValueError(f"memory values must be > 0, got {small} and {large}")
+    if not 0 < length_small < length_large:
+        raise ValueError(f"need 0 < length_small < length_large, got {length_small}, {length_large}")
+    return math.log(large / small) / math.log(length_large / length_small)
+
+
+def memory_by_width(vocab_size: int, widths, *, batch: int, length: int, n_layers: int = 4,
+                    heads: int = 4, optimizer: str = "adamw") -> list[dict]:
+    """Parameter state against stored activations (SDPA attention) for the teacher's shape at
+    other widths (``d_ff`` = 2 × width, ``heads`` fixed), training on ``batch`` × ``length``.
+
+    Exact without running the big models: with the heads fixed, every tensor a forward pass
+    saves is either proportional to batch × width or shared by the batch (ALiBi's bias), so the
+    saved bytes are ``(a + b·width)·batch + c``; they are counted at widths 64 and 128, batch 1
+    and 2, and the four counts fix a, b and c (``tests/test_activation_memory.py`` checks the
+    formula against a direct count). Parameters are counted on the meta device."""
+    from course_lib.core.model import build_model
+
+    if batch < 1 or length < 1 or not widths or min(widths) < 1:
+        raise ValueError(f"batch, length and widths must be >= 1, got {batch}, {length}, {widths}")
+    counts = {}
+    for w in (64, 128):
+        m = build_model(vocab_size, preset="teacher", seed=0, d_model=w, d_ff=2 * w,
+                        n_heads=heads, n_layers=n_layers, max_len=max(512, length))
+        for b in (1, 2):
+            ids = torch.randint(2, vocab_size, (b, length), generator=torch.Generator().manual_seed(0))
+            counts[w, b] = saved_activation_bytes(m, ids, torch.ones_like(ids, dtype=torch.bool))
+    per_batch = {w: counts[w, 2] - counts[w, 1] for w in (64, 128)}    # a + b·width
+    shared = counts[64, 1] - per_batch[64]                               # c
+    slope = (per_batch[128] - per_batch[64]) / 64
+    rows = []
+    for w in widths:
+        if w % heads or (w // heads) % 2:
+            raise ValueError(f"widths must be multiples of {2 * heads} ({heads} heads of even size), got {w}")
+        with torch.device("meta"):
+            params = count_parameters(build_model(vocab_size, preset="teacher", d_model=w,
+                                                  d_ff=2 * w, n_heads=heads, n_layers=n_layers))
+        acts = (per_batch[64] + slope * (w - 64)) * batch + shared
+        state = params * memory_per_parameter(optimizer, precision="fp32")["total"]
+        rows.append({"width": w, "parameters": params, "parameter_state_bytes": state,
+                     "activation_bytes": int(acts), "ratio": state / acts})
+    return rows
+
+
+# fp32 values of optimizer state kept per parameter element.
+STATE_VALUES = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
+
+
+def memory_per_parameter(name: str, *, precision: str = "fp32") -> dict[str, int]:
+    """Bytes per parameter for weights, gradients, an fp32 master copy and optimizer states.
+
+    ``precision="fp32"``: everything fp32 (this is also what ``torch.autocast`` keeps: it casts
+    on the fly and saves activation memory, not these). ``"mixed"``: 16-bit weights and
+    gradients plus an fp32 master copy, the ZeRO paper's accounting.
+    """
+    if name not in STATE_VALUES:
+        raise ValueError(f"name must be one of {tuple(STATE_VALUES)}, got {name!r}")
+    if precision not in ("fp32", "mixed"):
+        raise ValueError(f"precision must be 'fp32' or 'mixed', got {precision!r}")
+    half = precision == "mixed"
+    row = {"weights": 2 if half else 4, "gradients": 2 if half else 4,
+           "master": 4 if half else 0, "states": 4 * STATE_VALUES[name]}
+    row["total"] = sum(row.values())
+    return row
+
+
+def state_dict_bytes(model: nn.Module) -> int:
+    """Bytes of ``torch.save(model.state_dict())``: what a checkpoint really costs."""
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    return buf.getbuffer().nbytes

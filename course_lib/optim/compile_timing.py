@@ -1,0 +1,84 @@
+"""Eager against compiled, timed the same way (lesson 10).
+
+The functions a lesson compiles (``inference_fn``, ``backward_fn``), the optimizer update that
+stays outside the compiled region (``with_update``), one interleaved timing of both versions
+(``eager_vs_compiled``), and the number of calls that pays the compile time back
+(``payback_calls``). Autocast follows the device the way the course trains there
+(``train.training_autocast``: bf16 or fp16 on a GPU, FP32 on a CPU).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from course_lib.measure import bench
+
+__all__ = ["autocast_context", "inference_fn", "backward_fn", "with_update", "eager_vs_compiled",
+           "payback_calls"]
+
+
+def autocast_context(device: torch.device | str, dtype: torch.dtype | None):
+    """A context manager factory: autocast to ``dtype`` on ``device``, or nothing when None."""
+    kind = torch.device(device).type
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(kind, dtype=dtype)
+
+
+def inference_fn(model: torch.nn.Module, *, device: torch.device | str = "cpu",
+                 dtype: torch.dtype | None = None) -> Callable:
+    """``fn(ids, mask) -> logits`` without gradients, under autocast to ``dtype``."""
+    ctx = autocast_context(device, dtype)
+
+    def infer(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), ctx():
+            return model(ids, mask)
+    return infer
+
+
+def backward_fn(model: torch.nn.Module, *, device: torch.device | str = "cpu",
+                dtype: torch.dtype | None = None) -> Callable:
+    """``fn(ids, mask, labels) -> loss``: forward under autocast, cross-entropy, backward
+    (gradients accumulate into ``model``; the update is ``with_update``'s job)."""
+    ctx = autocast_context(device, dtype)
+
+    def step(ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with ctx():
+            loss = F.cross_entropy(model(ids, mask), labels)
+        loss.backward()
+        return loss.detach()
+    return step
+
+
+def with_update(fn: Callable, args: Sequence, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """A no-argument training step: ``fn(*args)`` (forward and backward), then the optimizer's
+    step and zeroed gradients."""
+    def run() -> None:
+        fn(*args)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return run
+
+
+def eager_vs_compiled(eager: Callable[[], object], compiled: Callable[[], object] | None, *,
+                      model: torch.nn.Module, train_mode: bool, repeats: int,
+                      device: torch.device | str = "cpu") -> dict:
+    """``bench.compare`` of the two (interleaved), ``model`` put in train or eval mode first.
+    With nothing compiled (``compiled`` None), eager is timed alone and reported for both at 1×."""
+    model.train(train_mode)
+    if compiled is None:
+        t = bench.time_fn(eager, warmup=1, repeats=repeats, device=device)
+        return {"eager": {"timing": t, "speedup": 1.0}, "compiled": {"timing": t, "speedup": 1.0}}
+    return bench.compare({"eager": eager, "compiled": compiled}, repeats=repeats, device=device)
+
+
+def payback_calls(first_call_seconds: float, eager_seconds: float, compiled_seconds: float) -> float | None:
+    """Calls after which compiling has paid for itself: the first call's cost over the time
+    saved per call (None when the compiled call saves nothing: it never pays back)."""
+    if first_call_seconds < 0 or eager_seconds <= 0 or compiled_seconds <= 0:
+        raise ValueError("times must be positive (first_call_seconds may be 0)")
+    saved = eager_seconds - compiled_seconds
+    return first_call_seconds / saved if saved > 0 else None

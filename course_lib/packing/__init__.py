@@ -1,0 +1,2 @@
+"""Lessons 01-02: packing sequences into rows, and the batching strategies compared by name.
+"""

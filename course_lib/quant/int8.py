@@ -1,0 +1,276 @@
+"""Quantization from first principles, and PyTorch's int8 paths for the course model.
+
+Follows the uniform affine quantizer of Jacob et al. (2018), "Quantization and Training of
+Neural Networks for Efficient Integer-Arithmetic-Only Inference", and the notation of
+Nagel et al. (2021), "A White Paper on Neural Network Quantization":
+``q = clamp(round(x / scale) + zero_point, qmin, qmax)`` and ``x_hat = (q - zero_point) * scale``.
+
+* symmetric: ``zero_point = 0``, grid ``[-(2^(b-1) - 1), 2^(b-1) - 1]`` (restricted range, so
+  the grid is symmetric around an exact zero); affine: grid ``[0, 2^b - 1]`` with a zero point,
+  and the range always contains 0 so that zero (padding, ReLU outputs) is exact.
+* per-tensor: one scale for the whole tensor; per-channel: one scale per slice along ``axis``
+  (output channels of a Linear weight, axis 0).
+* Inside the clipping range the error is rounding error, at most ``scale / 2``; outside it,
+  clipping error, which grows with the distance to the range. ``clip < 1`` trades one for
+  the other.
+
+PyTorch's dynamic int8 (``torch.ao.quantization.quantize_dynamic``) is deprecated in favour of
+torchao's ``quantize_``: its warnings are caught here (see ``quantize_dynamic_int8``). It maps
+``nn.Linear`` modules; every matrix multiply of the course model is one (``qkv``, ``proj``,
+``fc1``, ``fc2``, the head), so all of them are quantized. torch's own
+``nn.MultiheadAttention`` keeps two of its four projections in FP32 (``size_report`` says why):
+lesson 07 shows that on torch's module.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+SCHEMES = ("symmetric", "affine")
+GRANULARITIES = ("per_tensor", "per_channel")
+
+
+
+def _check(bits: int, scheme: str, granularity: str) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+        raise ValueError(f"bits must be an integer in [2, 8], got {bits!r}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+
+
+def int_range(bits: int, scheme: str) -> tuple[int, int]:
+    """The integer grid ``(qmin, qmax)`` of a scheme at ``bits`` bits."""
+    _check(bits, scheme, "per_tensor")
+    if scheme == "symmetric":
+        return -(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1
+    return 0, 2 ** bits - 1
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    scale: torch.Tensor        # shape () per tensor, or broadcastable along ``axis``
+    zero_point: torch.Tensor   # same shape, integer values
+    qmin: int
+    qmax: int
+    bits: int
+    scheme: str
+    granularity: str
+
+    @property
+    def low(self) -> torch.Tensor:
+        """Smallest representable value (the lower end of the clipping range)."""
+        return (self.qmin - self.zero_point) * self.scale
+
+    @property
+    def high(self) -> torch.Tensor:
+        return (self.qmax - self.zero_point) * self.scale
+
+
+def calibrate(x: torch.Tensor, *, bits: int = 8, scheme: str = "symmetric",
+              granularity: str = "per_tensor", axis: int = 0,
+              clip: float = 1.0) -> QuantParams:
+    """Min/max calibration: the scale and zero point that cover ``clip`` times the range seen."""
+    _check(bits, scheme, granularity)
+    if not 0.0 < clip <= 1.0:
+        raise ValueError(f"clip must be in (0, 1], got {clip}")
+    x = x.detach().float()
+    if granularity == "per_channel":
+        if x.dim() < 1 or not -x.dim() <= axis < x.dim():
+            raise ValueError(f"axis must be in [-{x.dim()}, {x.dim() - 1}], got {axis}")
+        axis = axis % x.dim()
+        dims = [d for d in range(x.dim()) if d != axis]
+        shape = [x.shape[d] if d == axis else 1 for d in range(x.dim())]
+        lo = x.amin(dim=dims).reshape(shape) if dims else x.clone()
+        hi = x.amax(dim=dims).reshape(shape) if dims else x.clone()
+    else:
+        lo, hi = x.min(), x.max()
+    lo, hi = lo.clamp(max=0.0) * clip, hi.clamp(min=0.0) * clip   # the range contains 0
+    qmin, qmax = int_range(bits, scheme)
+    tiny = torch.finfo(torch.float32).tiny
+    if scheme == "symmetric":
+        scale = (torch.maximum(-lo, hi) / qmax).clamp_min(tiny)
+        zero = torch.zeros_like(scale)
+    else:
+        scale = ((hi - lo) / (qmax - qmin)).clamp_min(tiny)
+        zero = (qmin - torch.round(lo / scale)).clamp(qmin, qmax)
+    return QuantParams(scale, zero, qmin, qmax, bits, scheme, granularity)
+
+
+def quantize(x: torch.Tensor, p: QuantParams) -> torch.Tensor:
+    """Integers in ``[p.qmin, p.qmax]`` (dtype int32, wide enough for every scheme)."""
+    q = torch.round(x.detach().float() / p.scale) + p.zero_point
+    return q.clamp(p.qmin, p.qmax).to(torch.int32)
+
+
+def dequantize(q: torch.Tensor, p: QuantParams) -> torch.Tensor:
+    return (q.float() - p.zero_point) * p.scale
+
+
+def fake_quantize(x: torch.Tensor, *, bits: int = 8, scheme: str = "symmetric",
+                  granularity: str = "per_tensor", axis: int = 0,
+                  clip: float = 1.0) -> torch.Tensor:
+    """``dequantize(quantize(x))``: float values that lie on the integer grid."""
+    p = calibrate(x, bits=bits, scheme=scheme, granularity=granularity, axis=axis, clip=clip)
+    return dequantize(quantize(x, p), p).to(x.dtype)
+
+
+def sqnr_db(x: torch.Tensor, x_hat: torch.Tensor) -> float:
+    """Signal-to-quantization-noise ratio in dB (about 6 dB per bit for a uniform grid)."""
+    noise = float(((x.float() - x_hat.float()) ** 2).sum())
+    signal = float((x.float() ** 2).sum())
+    return float("inf") if noise == 0 else 10.0 * torch.log10(torch.tensor(signal / noise)).item()
+
+
+def within_range(x: torch.Tensor, p: QuantParams) -> torch.Tensor:
+    """True where ``x`` rounds onto the grid (within half a step of its ends): there the
+    error is rounding error only, at most ``scale / 2``; elsewhere it is clipped."""
+    half = p.scale / 2
+    return (x >= p.low - half) & (x <= p.high + half)
+
+
+def error_breakdown(x: torch.Tensor, p: QuantParams) -> dict[str, float]:
+    """Mean squared error split into rounding (inside the range) and clipping (outside)."""
+    x = x.detach().float()
+    err2 = (x - dequantize(quantize(x, p), p)) ** 2
+    inside = within_range(x, p)
+    return {"rounding_mse": float(err2[inside].sum()) / x.numel(),
+            "clipping_mse": float(err2[~inside].sum()) / x.numel(),
+            "clipped_fraction": float((~inside).float().mean()),
+            "max_abs_error_inside": float(err2[inside].sqrt().max()) if inside.any() else 0.0}
+
+
+def matmul_weights(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
+    """Every weight matrix used in a matrix multiply: Linear weights and attention's
+    ``in_proj_weight``; embeddings (lookup tables), norms and biases are left out."""
+    for name, param in model.named_parameters():
+        if param.dim() == 2 and (name.endswith("in_proj_weight") or (
+                name.endswith(".weight") and isinstance(
+                    model.get_submodule(name.rsplit(".", 1)[0]), nn.Linear))):
+            yield name, param
+
+
+def fake_quantize_model(model: nn.Module, *, bits: int, scheme: str = "symmetric",
+                        granularity: str = "per_channel") -> nn.Module:
+    """A copy whose matmul weights are fake-quantized (accuracy studies at 2-8 bits)."""
+    _check(bits, scheme, granularity)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for _, w in matmul_weights(out):
+            w.copy_(fake_quantize(w, bits=bits, scheme=scheme, granularity=granularity))
+    return out
+
+
+def quantize_dynamic_int8(model: nn.Module, *, per_channel: bool = False) -> nn.Module:
+    """PyTorch's dynamic int8 of every ``nn.Linear`` (weights int8 per tensor, or per output
+    channel with ``per_channel=True``; activations quantized on the fly per batch), on a copy.
+
+    ``torch.ao.quantization`` emits a DeprecationWarning (it moves to torchao's ``quantize_``)
+    and a UserWarning (quantized tensor dtypes are deprecated). The API still works in this
+    torch; both warnings are expected and silenced here only, by message.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated",
+                                category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated",
+                                category=UserWarning)
+        spec = ({nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig} if per_channel
+                else {nn.Linear})
+        q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).cpu().eval(), spec,
+                                                   dtype=torch.qint8)
+    for m in q.modules():
+        if isinstance(m, torch.ao.nn.quantized.dynamic.Linear):
+            m.register_forward_pre_hook(_float32_inputs)
+    return q
+
+
+def _float32_inputs(module, args):
+    """The dynamic int8 kernels take FP32 activations: under BF16 autocast (mixed precision with
+    int8, lesson 11) the layer before hands them BF16, so they are cast back on the way in."""
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def torchao_available() -> bool:
+    return importlib.util.find_spec("torchao") is not None
+
+
+def quantize_torchao_int8(model: nn.Module) -> nn.Module:
+    """torchao's current API: ``quantize_(model, Int8DynamicActivationInt8WeightConfig())``
+    on a copy. Raises ImportError when torchao is not installed (it is optional)."""
+    if not torchao_available():
+        raise ImportError("torchao is not installed (optional: pip install torchao)")
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    out = copy.deepcopy(model).cpu().eval()
+    quantize_(out, Int8DynamicActivationInt8WeightConfig())
+    return out
+
+
+def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """'Quantization to 16 bits': a copy with every floating tensor cast to ``dtype``."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"dtype must be float16, bfloat16 or float32, got {dtype}")
+    return copy.deepcopy(model).to(dtype)
+
+
+def count_quantized_linear(model: nn.Module) -> int:
+    """Dynamically quantized ``Linear`` modules in ``model`` (not their packed-parameter
+    holders, which ``modules()`` lists too): how many layers a conversion touched."""
+    return sum(type(m).__name__ == "Linear" and "quantized" in type(m).__module__
+               for m in model.modules())
+
+
+_REASONS = {
+    "int8": "nn.Linear -> DynamicQuantizedLinear: int8 weight, one fp32 scale",
+    "embedding": "a lookup table, not a matmul; quantize_dynamic maps nn.Linear only",
+    "in_proj": "a bare Parameter of MultiheadAttention, not an nn.Linear module",
+    "out_proj": "NonDynamicallyQuantizableLinear: excluded on purpose, MHA's functional "
+                "forward reads out_proj.weight as a plain tensor",
+    "linear_fp": "nn.Linear weight, not quantized",
+    "other": "norms and biases: tiny, and they need the precision",
+}
+
+
+def size_report(model: nn.Module) -> list[dict]:
+    """Where the bytes are: one row per tensor group, with its dtype and why."""
+    rows: dict[str, dict] = {}
+
+    def add(group: str, dtype: torch.dtype, numel: int, nbytes: int) -> None:
+        r = rows.setdefault(group, {"group": group, "dtype": str(dtype).replace("torch.", ""),
+                                    "numel": 0, "bytes": 0, "why": _REASONS[group]})
+        r["numel"] += numel
+        r["bytes"] += nbytes
+
+    for mod in model.modules():
+        w = getattr(mod, "weight", None)
+        if callable(w) and hasattr(mod, "_packed_params"):   # a DynamicQuantizedLinear
+            wq = w()
+            add("int8", wq.dtype, wq.numel(), wq.numel() * wq.element_size() + 8)
+            b = mod.bias()
+            if b is not None:
+                add("other", b.dtype, b.numel(), b.numel() * b.element_size())
+    for name, p in model.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        owner = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+        if isinstance(owner, nn.Embedding):
+            group = "embedding"
+        elif leaf == "in_proj_weight":
+            group = "in_proj"
+        elif name.endswith("out_proj.weight"):
+            group = "out_proj"
+        elif p.dim() == 2 and isinstance(owner, nn.Linear):
+            group = "int8" if p.dtype == torch.int8 else "linear_fp"
+        else:
+            group = "other"
+        add(group, p.dtype, p.numel(), p.numel() * p.element_size())
+    return list(rows.values())
+
+

@@ -1,0 +1,3 @@
+"""What the learner sees: figures (``plots``), widgets (``widgets``) and checked exercises
+(``exercises``).
+"""
