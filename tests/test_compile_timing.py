@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from course_lib.optim import compile_timing as CT
-from course_lib.optim.compile import count_graphs_limited, graph_breaks, trimmed_forward
+from course_lib.optim.compile import compile_or_eager, count_graphs_limited, graph_breaks, trimmed_forward
 
 
 class Tiny(nn.Module):
@@ -48,29 +48,31 @@ def test_recompile_limit_caps_the_graphs():
         count_graphs_limited(f, calls, recompile_limit=0)
 
 
-def test_inference_and_backward_functions_match_plain_torch():
+def test_inference_function_matches_plain_torch():
     torch.manual_seed(0)
     model, ids, mask = Tiny(), *batch()
-    labels = torch.tensor([0, 1, 1])
     assert torch.equal(CT.inference_fn(model)(ids, mask), model(ids, mask).detach())
-    loss = CT.backward_fn(model)(ids, mask, labels)
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    want = nn.functional.cross_entropy(model(ids, mask), labels)
-    want.backward()
-    assert float(loss) == pytest.approx(float(want.detach()))
-    assert all(torch.allclose(g, p.grad) for g, p in zip(grads, model.parameters()))
     bf = CT.inference_fn(model, dtype=torch.bfloat16)(ids, mask)
     assert bf.dtype == torch.bfloat16                   # autocast really applied
 
 
-def test_with_update_steps_and_clears_gradients():
+def test_the_first_call_can_be_a_whole_training_step_around_the_compiled_loss():
+    """Lesson 10 compiles the forward pass and loss, and times the first training step that
+    uses it (the backward graph compiles at the first backward pass)."""
+    from course_lib.core.train import make_step_fn, task_loss
     torch.manual_seed(0)
     model, ids, mask = Tiny(), *batch()
+    step_batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 1])}
     before = model.out.weight.detach().clone()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    CT.with_update(CT.backward_fn(model), (ids, mask, torch.tensor([0, 1, 1])), opt)()
-    assert not torch.equal(before, model.out.weight) and model.out.weight.grad is None
+    seen = []
+
+    def first(f):
+        seen.append(f)
+        make_step_fn(model, step_batch, precision_name="fp32", device="cpu", loss_fn=f)()
+    c = compile_or_eager(task_loss("classification"), (model, step_batch), enabled=False,
+                         first_call=first)
+    assert not c.compiled and seen == [c.fn] and c.first_call_seconds > 0
+    assert not torch.equal(before, model.out.weight)    # the step ran: the weights moved
 
 
 def test_eager_alone_and_payback_by_hand():

@@ -23,13 +23,21 @@ def test_measurements_divide_the_work_by_the_median_time(monkeypatch):
         measure_bandwidth(mib=0)
 
 
-def test_machine_records_the_format_of_its_matmul_peak():
-    from course_lib.measure.hardware import measure_machine
+def test_machine_records_the_format_and_counts_of_its_peaks(monkeypatch):
+    """The peaks are counted work over the measured median: 2 n^3 FLOPs for an n x n matmul,
+    read + write bytes for a copy (the timer replaced by a fixed median of 0.5 s)."""
+    import course_lib.measure.hardware as H
+    from course_lib.measure.bench import Timing
 
-    m32 = measure_machine(matmul_size=64, copy_mib=1, repeats=1)
-    m16 = measure_machine(matmul_size=64, copy_mib=1, repeats=1, dtype=torch.bfloat16)
+    def fixed(fn, **_):
+        fn()
+        return Timing((0.5,))
+    monkeypatch.setattr(H, "time_fn", fixed)
+    m32 = H.measure_machine(matmul_size=64, copy_mib=1, repeats=1)
+    m16 = H.measure_machine(matmul_size=64, copy_mib=1, repeats=1, dtype=torch.bfloat16)
     assert (m32.dtype, m16.dtype) == ("float32", "bfloat16")
-    assert m32.peak_flops > 0 and m16.peak_flops > 0
+    assert m32.peak_flops == m16.peak_flops == 2 * 64 ** 3 / 0.5
+    assert m32.bandwidth == 2 * 2 ** 20 / 0.5
 
 
 def test_roofline_and_ridge_point():

@@ -63,3 +63,24 @@ def test_the_top_level_is_a_short_table_of_contents():
     assert len(entries) <= 16, entries
     loose = [p.name for p in ROOT.glob("*.py") if p.name != "__init__.py"]
     assert loose == [], f"modules outside a package: {loose}"
+
+
+def _calls(path: Path) -> set[str]:
+    """``backward`` and optimizer/scaler ``step`` calls in a module's code (not its prose)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = ast.unparse(node.func.value).lower()
+            if node.func.attr == "backward":
+                found.add("backward")
+            elif node.func.attr == "step" and ("opt" in owner or "scaler" in owner):
+                found.add("step")
+    return found
+
+
+def test_one_module_runs_backward_and_the_optimizer_step():
+    """The course's one training step (core.train.train_step) is the only code that calls
+    ``backward()`` or steps an optimizer; measurements take gradients with torch.autograd.grad."""
+    where = {kind: sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                          if kind in _calls(p)) for kind in ("backward", "step")}
+    assert where == {"backward": ["core/train.py"], "step": ["core/train.py"]}

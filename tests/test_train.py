@@ -85,7 +85,6 @@ def test_evaluate_under_bf16_autocast_matches_fp32_closely(corpus):
     labels = torch.tensor([r.label for r in corpus.val.reviews])
     b = evaluate(model, loader, autocast_dtype=torch.bfloat16)["accuracy"]
     assert b == pytest.approx(float((lb.argmax(-1) == labels).float().mean()))
-    assert torch.backends.mha.get_fastpath_enabled()   # restored afterwards
 
 
 @pytest.mark.parametrize("cc, want", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
@@ -148,3 +147,39 @@ def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():
         unmasked = model(b["input_ids"], torch.ones_like(b["attention_mask"]))
     assert not torch.allclose(masked, unmasked)
     assert torch.equal(correct(model, fixed, use_mask=False), unmasked.argmax(-1) == b["labels"])
+
+
+def test_weight_decay_spares_norms_biases_and_embeddings():
+    from course_lib.core.train import param_groups
+    model = build_model(50, preset="student", d_model=32, d_ff=64)
+    decay, keep = param_groups(model, weight_decay=0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    kept = {names[id(p)] for p in keep["params"]}
+    assert decay["weight_decay"] == 0.1 and keep["weight_decay"] == 0.0
+    assert decayed == {f"{n}.weight" for n, m in model.named_modules()
+                       if isinstance(m, torch.nn.Linear)}
+    assert kept == set(names.values()) - decayed
+    assert {"tok.weight", "ln_f.weight", "blocks.0.ln1.weight", "head.bias"} <= kept
+    assert "head.weight" in decayed and "blocks.0.attn.qkv.weight" in decayed
+    with pytest.raises(ValueError, match="weight_decay"):
+        param_groups(model, weight_decay=-1.0)
+
+
+def test_a_skipped_scaler_step_leaves_the_schedule_where_it_was():
+    """train() with a GradScaler: an inf in step 1's gradients skips the optimizer step, and the
+    learning-rate schedule does not advance past a step that was not taken."""
+    torch.manual_seed(0)
+    model = build_model(50, preset="student", d_model=32, d_ff=64)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 50, (8, 12), generator=g)
+    batches = [{"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
+                "labels": (ids[:, 0] > 25).long()}] * 8
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    cfg = TrainConfig(epochs=1, lr=1e-3, warmup_frac=0.5)
+    hist = train(model, batches, cfg=cfg, autocast_dtype=torch.bfloat16, scaler=scaler,
+                 inject_inf_at=[1], progress=False)
+    assert hist.step_skipped == [False, True] + [False] * 6 and hist.skipped_steps == 1
+    assert hist.step_lr[1] == hist.step_lr[0]           # not advanced after the skipped step
+    assert hist.step_lr[2] != hist.step_lr[1]
+    assert hist.step_scale[1] == hist.step_scale[0] / 2 and len(hist.step_seconds) == 8

@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -117,9 +117,15 @@ class TrainConfig:
 class History:
     step_loss: list[float] = field(default_factory=list)
     step_lr: list[float] = field(default_factory=list)
+    step_skipped: list[bool] = field(default_factory=list)   # steps the GradScaler skipped
+    step_scale: list[float] = field(default_factory=list)    # its loss scale after each step (1: none)
+    step_seconds: list[float] = field(default_factory=list)
     epochs: list[dict] = field(default_factory=list)   # per epoch: loss, seconds, val metrics
-    skipped_steps: int = 0                              # fp16 steps the GradScaler skipped
     seconds: float = 0.0
+
+    @property
+    def skipped_steps(self) -> int:
+        return sum(self.step_skipped)
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
@@ -144,6 +150,26 @@ def task_loss(task: str) -> LossFn:
             return nn.functional.mse_loss(out.float(), batch["ratings"])
         return nn.functional.cross_entropy(out.float(), batch["labels"])
     return loss_fn
+
+
+def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict]:
+    """AdamW's two parameter groups (nanoGPT's rule): the weight matrices of ``nn.Linear`` layers
+    decay; LayerNorm gains, biases and embeddings do not. Decay pulls a weight towards 0: a
+    regulariser for a matrix, but for a norm's gain or an embedding row only a pull away from the
+    scale the model needs. A pruned layer's trainable weight is ``weight_orig``."""
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    matrices = {id(getattr(m, "weight_orig", m.weight)) for m in model.modules()
+                if isinstance(m, nn.Linear)}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in matrices], "weight_decay": 0.0}]
+
+
+def adamw(model: nn.Module, *, lr: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
+    """The course's optimizer: AdamW over ``param_groups`` (no decay on norms, biases,
+    embeddings)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay=weight_decay), lr=lr)
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
@@ -173,9 +199,13 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
           autocast_dtype: torch.dtype | None | str = "auto",
           scaler: torch.amp.GradScaler | None = None,
           callback: Callable[[int, float, nn.Module], None] | None = None,
-          max_steps: int | None = None, progress: bool = True) -> History:
-    """Train ``model`` in place and return its history. ``autocast_dtype``: see
-    ``training_autocast``; None trains in FP32 everywhere."""
+          max_steps: int | None = None, inject_inf_at: Iterable[int] = (),
+          progress: bool = True) -> History:
+    """Train ``model`` in place and return its history: the course's one loop around the one
+    step (``train_step``). ``autocast_dtype``: see ``training_autocast``; None trains in FP32
+    everywhere. ``inject_inf_at``: step numbers whose gradients get an inf (lesson 04 watches
+    the scaler skip them). The learning-rate schedule advances only on steps the optimizer
+    took: a step the scaler skipped leaves it where it was."""
     cfg.validate()
     device = torch.device(device)
     autocast_dtype = training_autocast(device, autocast_dtype)
@@ -183,8 +213,7 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
         scaler = torch.amp.GradScaler("cuda")   # fp16 gradients underflow without one
     model.to(device)
     loss_fn = loss_fn or task_loss(cfg.task)
-    opt = optimizer or torch.optim.AdamW(model.parameters(), lr=cfg.lr,
-                                         weight_decay=cfg.weight_decay)
+    opt = optimizer or adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if len(loader) == 0:
         raise ValueError("loader yields no batches: nothing to train on (is the dataset empty, "
                          "or smaller than a drop_last batch?)")
@@ -193,6 +222,7 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     total = cfg.epochs * len(loader) if max_steps is None else min(max_steps, cfg.epochs * len(loader))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: warmup_cosine(s, total, max(1, int(cfg.warmup_frac * total))))
+    inject = set(inject_inf_at)
     with seeded(cfg.seed, device):   # dropout draws; the caller's generator is left as it was
         hist, step, t_start = History(), 0, time.perf_counter()
         bar = tqdm(total=total, desc="training", disable=not progress, leave=False)
@@ -202,14 +232,19 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
             for batch in loader:
                 if step >= total:
                     break
+                t_step = time.perf_counter()
                 value, skipped = train_step(model, to_device(batch, device), opt, device=device,
                                             dtype=autocast_dtype, loss_fn=loss_fn, scaler=scaler,
-                                            grad_clip=cfg.grad_clip)
-                hist.skipped_steps += int(skipped)
-                sched.step()
+                                            grad_clip=cfg.grad_clip, inject_inf=step in inject)
+                if not skipped:   # a skipped step did not call opt.step(): keep the schedule
+                    sched.step()
+                hist.step_seconds.append(time.perf_counter() - t_step)
                 losses.append(value)
                 hist.step_loss.append(value)
                 hist.step_lr.append(sched.get_last_lr()[0])
+                hist.step_skipped.append(skipped)
+                hist.step_scale.append(scaler.get_scale() if scaler is not None
+                                       and scaler.is_enabled() else 1.0)
                 if callback is not None:
                     callback(step, value, model)
                 step += 1
@@ -317,6 +352,14 @@ def precision(name: str, *, parameter: str = "precision_name") -> Precision:
     return Precision(name, DTYPES[name], name == "fp16")
 
 
+def precision_of(dtype: torch.dtype | None) -> str:
+    """The name in ``DTYPES`` of an autocast dtype (None: "fp32")."""
+    names = {v: k for k, v in DTYPES.items()}
+    if dtype not in names:
+        raise ValueError(f"dtype must be one of {list(names)}, got {dtype!r}")
+    return names[dtype]
+
+
 def choose_precision(device: torch.device | str) -> Precision:
     """BF16 where the device has fast BF16, FP16 + scaler on older CUDA GPUs, else FP32."""
     device = torch.device(device)
@@ -347,7 +390,7 @@ def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,
     prec, device = precision(precision_name), torch.device(device)
     model.to(device).train()
     batch = to_device(batch, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = adamw(model, lr=lr)
     scaler = make_scaler(device) if prec.use_scaler else None
     loss_fn = loss_fn or task_loss("classification")
 

@@ -107,11 +107,10 @@ def gradient_magnitudes(model: torch.nn.Module, loader, *, batches: int, loss_fn
         for i, batch in enumerate(loader):
             if i >= batches:
                 break
-            model.zero_grad(set_to_none=True)
-            loss_fn(model, batch).backward()
-            grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+            params = [p for p in model.parameters() if p.requires_grad]
+            got = torch.autograd.grad(loss_fn(model, batch), params, allow_unused=True)
+            grads.append(torch.cat([g.flatten() for g in got if g is not None]))
     finally:
-        model.zero_grad(set_to_none=True)
         model.train(was_training)
     if not grads:
         raise ValueError("loader yielded no batch")

@@ -37,13 +37,16 @@ def forward_call(model: torch.nn.Module, *inputs: torch.Tensor,
     return run
 
 
-def backward_call(model: torch.nn.Module, *inputs: torch.Tensor) -> Callable[[], None]:
-    """A no-argument function that zeroes ``model``'s gradients, runs ``model(*inputs)``, sums
-    the output to a scalar and backpropagates: the arithmetic of a training step without the
-    optimizer, what ``compare`` times when the alternatives are models to train."""
-    def run() -> None:
-        model.zero_grad(set_to_none=True)
-        model(*inputs).float().sum().backward()
+def backward_call(model: torch.nn.Module, *inputs: torch.Tensor) -> Callable[[], tuple]:
+    """A no-argument function that runs ``model(*inputs)``, sums the output to a scalar and
+    computes the gradients of ``model``'s parameters (``torch.autograd.grad``: returned, not
+    accumulated into ``.grad``): the arithmetic of a training step without the optimizer, what
+    ``compare`` times when the alternatives are models to train. Training itself is
+    ``core.train.train_step``'s job."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def run() -> tuple:
+        return torch.autograd.grad(model(*inputs).float().sum(), params)
     return run
 
 

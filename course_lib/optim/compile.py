@@ -36,35 +36,37 @@ class Compiled:
 
 def compile_or_eager(fn: Callable, example_args: Sequence, *, dynamic: bool | None = None,
                      backend: str | Callable = "inductor", mode: str | None = None,
-                     device: torch.device | str = "cpu", enabled: bool = True) -> Compiled:
-    """Compile ``fn`` and call it once on ``example_args``; on any failure, keep it eager."""
+                     device: torch.device | str = "cpu", enabled: bool = True,
+                     first_call: Callable[[Callable], object] | None = None) -> Compiled:
+    """Compile ``fn`` and call it once on ``example_args``; on any failure, keep it eager.
+    ``first_call(f)``, when given, is the timed first use instead of ``f(*example_args)``: a
+    training step that calls the compiled loss, so that the backward graph (compiled at the
+    first backward pass) is in the first call's time too."""
+    first = first_call or (lambda f: f(*example_args))
     if not enabled:
-        return Compiled(fn, False, "compilation not requested", _timed(fn, example_args))
+        return Compiled(fn, False, "compilation not requested", _timed(first, fn, device))
     ok, reason = compile_support(device) if backend == "inductor" else (hasattr(torch, "compile"),
                                                                         "no torch.compile")
     if not ok:
-        return Compiled(fn, False, reason, _timed(fn, example_args))
+        return Compiled(fn, False, reason, _timed(first, fn, device))
     try:
         cfn = torch.compile(fn, dynamic=dynamic, backend=backend, mode=mode)
-        seconds = _timed(cfn, example_args)
+        seconds = _timed(first, cfn, device)
     except Exception as err:  # noqa: BLE001 - any compiler failure means: run eagerly
         torch.compiler.reset()
         msg = str(err).strip().splitlines()
         return Compiled(fn, False, f"torch.compile failed: {type(err).__name__}: "
-                                   f"{msg[0][:200] if msg else ''}", _timed(fn, example_args))
+                                   f"{msg[0][:200] if msg else ''}", _timed(first, fn, device))
     return Compiled(cfn, True, "compiled", seconds)
 
 
-def _timed(fn: Callable, args: Sequence) -> float:
-    """Seconds of one call, the device synchronized before and after (a GPU call returns when
-    its work is queued, not done)."""
-    devices = {t.device for t in args if torch.is_tensor(t)}
-    for d in devices:
-        bench.synchronize(d)
+def _timed(first: Callable[[Callable], object], fn: Callable, device: torch.device | str) -> float:
+    """Seconds of ``first(fn)``, the device synchronized before and after (a GPU call returns
+    when its work is queued, not done)."""
+    bench.synchronize(device)
     t0 = time.perf_counter()
-    fn(*args)
-    for d in devices:
-        bench.synchronize(d)
+    first(fn)
+    bench.synchronize(device)
     return time.perf_counter() - t0
 
 

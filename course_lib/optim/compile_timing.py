@@ -1,7 +1,9 @@
 """Eager against compiled, timed the same way (lesson 10).
 
-The functions a lesson compiles (``inference_fn``, ``backward_fn``), the optimizer update that
-stays outside the compiled region (``with_update``), one interleaved timing of both versions
+The functions a lesson compiles: ``inference_fn`` for inference; for training, the forward pass
+and loss (``core.train.task_loss``), run inside the course's one step (``core.train.make_step_fn``:
+the backward pass goes through the compiled graph, the optimizer update stays outside it). One
+interleaved timing of both versions
 (``eager_vs_compiled``), and the number of calls that pays the compile time back
 (``payback_calls``). Autocast follows the device the way the course trains there
 (``train.training_autocast``: bf16 or fp16 on a GPU, FP32 on a CPU).
@@ -9,15 +11,14 @@ stays outside the compiled region (``with_update``), one interleaved timing of b
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
+from course_lib.core.train import make_step_fn, precision_of
 from course_lib.measure import bench
 
-__all__ = ["autocast_context", "inference_fn", "backward_fn", "with_update", "eager_vs_compiled",
-           "payback_calls"]
+__all__ = ["autocast_context", "inference_fn", "training_step", "eager_vs_compiled", "payback_calls"]
 
 
 def autocast_context(device: torch.device | str, dtype: torch.dtype | None):
@@ -39,28 +40,13 @@ def inference_fn(model: torch.nn.Module, *, device: torch.device | str = "cpu",
     return infer
 
 
-def backward_fn(model: torch.nn.Module, *, device: torch.device | str = "cpu",
-                dtype: torch.dtype | None = None) -> Callable:
-    """``fn(ids, mask, labels) -> loss``: forward under autocast, cross-entropy, backward
-    (gradients accumulate into ``model``; the update is ``with_update``'s job)."""
-    ctx = autocast_context(device, dtype)
-
-    def step(ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        with ctx():
-            loss = F.cross_entropy(model(ids, mask), labels)
-        loss.backward()
-        return loss.detach()
-    return step
-
-
-def with_update(fn: Callable, args: Sequence, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-    """A no-argument training step: ``fn(*args)`` (forward and backward), then the optimizer's
-    step and zeroed gradients."""
-    def run() -> None:
-        fn(*args)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return run
+def training_step(model: torch.nn.Module, batch: dict, loss_fn: Callable, *,
+                  device: torch.device | str, dtype: torch.dtype | None) -> Callable[[], None]:
+    """A no-argument training step: the course's own (``core.train.make_step_fn``: autocast to
+    ``dtype``, ``loss_fn``, backward, clipping, AdamW), with the forward pass and loss that
+    ``loss_fn`` computes (eager, or compiled)."""
+    return make_step_fn(model, batch, precision_name=precision_of(dtype), device=device,
+                        loss_fn=loss_fn)
 
 
 def eager_vs_compiled(eager: Callable[[], object], compiled: Callable[[], object] | None, *,

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from course_lib.core.train import train_step
+
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "lamb")
 IMPLEMENTATIONS = ("for_loop", "foreach", "fused")
@@ -148,12 +150,37 @@ def state_bytes(optimizer: torch.optim.Optimizer, *, include_scalars: bool = Tru
     return total
 
 
+class _Weight(nn.Module):
+    """One weight tensor, trained through the course's step with a loss whose gradient is given."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(weight.detach().clone())
+
+
+def _given_gradient(model: _Weight, batch: dict) -> torch.Tensor:
+    return (model.weight * batch["grad"]).sum()   # d/dW of sum(W * g) is g, exactly
+
+
 def single_step_delta(name: str, weight: torch.Tensor, grads: Sequence[torch.Tensor], *,
                       lr: float, weight_decay: float) -> torch.Tensor:
-    """How much ``weight`` moves after one step per gradient in ``grads`` (new - old)."""
-    p = nn.Parameter(weight.detach().clone())
-    opt = make_optimizer(name, [p], lr=lr, weight_decay=weight_decay)
+    """How much ``weight`` moves after one step per gradient in ``grads`` (new - old), each
+    step the course's ``train_step`` on a loss whose gradient is that one (no clipping)."""
+    holder = _Weight(weight)
+    opt = make_optimizer(name, holder.parameters(), lr=lr, weight_decay=weight_decay)
     for g in grads:
-        p.grad = g.detach().clone().to(p.dtype)
-        opt.step()
-    return (p.detach() - weight).detach()
+        train_step(holder, {"grad": g.detach().to(holder.weight.dtype)}, opt, device=weight.device,
+                   dtype=None, loss_fn=_given_gradient, grad_clip=None)
+    return (holder.weight.detach() - weight).detach()
+
+
+def state_bytes_after_one_step(name: str, model: nn.Module, *, lr: float = 1e-3) -> int:
+    """Bytes of optimizer state ``name`` allocates for ``model`` (without 0-d scalars such as
+    Adam's step count): one ``train_step`` with zero gradients creates the state and leaves
+    the weights as they were, except for any weight decay."""
+    opt = make_optimizer(name, model.parameters(), lr=lr)
+    zero = lambda m, _: sum((p * 0).sum() for p in m.parameters())   # noqa: E731
+    train_step(model, {}, opt, device=next(model.parameters()).device, dtype=None,
+               loss_fn=zero, grad_clip=None)
+    model.zero_grad(set_to_none=True)
+    return state_bytes(opt, include_scalars=False)

@@ -14,7 +14,7 @@ scaler on other CUDA GPUs (Colab's T4), FP32 otherwise.
 """
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from course_lib.core.model import Attention
-from course_lib.core.train import make_scaler, make_step_fn, precision, seeded, train_step
-from course_lib.core.train import evaluate, task_loss, to_device, warmup_cosine
+from course_lib.core.train import (TrainConfig, evaluate, make_scaler, make_step_fn, precision,
+                                   to_device, train)
 
 
 
@@ -47,43 +47,21 @@ def amp_train(model: nn.Module, loader: Iterable[dict], *, precision_name: str =
               warmup_frac: float = 0.05, seed: int = 0,
               callback: Callable[[int, float], None] | None = None) -> AmpHistory:
     """Train for ``steps`` steps (cycling over ``loader``) in one precision, recording the
-    loss, the scaler's scale and the skipped steps. ``inject_inf_at``: step numbers whose
-    gradients get an inf (to watch the scaler react)."""
+    loss, the scaler's scale and the skipped steps: the course's loop (``core.train.train``)
+    with the recipe of ``precision_name`` and a scaler whose start and growth you choose.
+    ``inject_inf_at``: step numbers whose gradients get an inf (to watch the scaler react)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    if not 0 < lr < 1:
-        raise ValueError(f"lr must be in (0, 1), got {lr}")
     prec = precision(precision_name)
-    device = torch.device(device)
-    with seeded(seed, device):   # dropout draws; the caller's generator is left as it was
-        model.to(device).train()
-        loss_fn = task_loss(task)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warmup_cosine(s, steps, max(1, int(warmup_frac * steps))))
-        scaler = make_scaler(device, init_scale=init_scale, growth_interval=growth_interval) \
-            if prec.use_scaler else None
-        inject = set(inject_inf_at)
-        hist = AmpHistory(prec.name)
-        step = 0
-        while step < steps:
-            for batch in loader:
-                if step >= steps:
-                    break
-                batch = to_device(batch, device)
-                t0 = time.perf_counter()
-                loss, skipped = train_step(model, batch, opt, device=device, dtype=prec.dtype,
-                                           scaler=scaler, loss_fn=loss_fn, inject_inf=step in inject)
-                if not skipped:   # a skipped step did not call opt.step(): keep the schedule
-                    sched.step()
-                hist.step_seconds.append(time.perf_counter() - t0)
-                hist.loss.append(loss)
-                hist.skipped.append(skipped)
-                hist.scale.append(scaler.get_scale() if scaler is not None else 1.0)
-                if callback is not None:
-                    callback(step, loss)
-                step += 1
-        return hist
+    scaler = make_scaler(device, init_scale=init_scale, growth_interval=growth_interval) \
+        if prec.use_scaler else None
+    cfg = TrainConfig(epochs=math.ceil(steps / max(1, len(loader))), lr=lr, task=task,
+                      warmup_frac=warmup_frac, seed=seed)
+    hist = train(model, loader, cfg=cfg, device=device, autocast_dtype=prec.dtype, scaler=scaler,
+                 max_steps=steps, inject_inf_at=inject_inf_at, progress=False,
+                 callback=None if callback is None else (lambda step, loss, _: callback(step, loss)))
+    return AmpHistory(prec.name, loss=hist.step_loss, scale=hist.step_scale,
+                      skipped=hist.step_skipped, step_seconds=hist.step_seconds)
 
 
 def evaluate_amp(model: nn.Module, loader, *, device: torch.device | str = "cpu",

