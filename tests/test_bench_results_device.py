@@ -42,10 +42,11 @@ def test_time_fn_counts_repeats_and_leaves_the_warmup_out(clock):
     assert t.median == 2.0                                   # no warm-up call was timed
 
 
-def test_compare_gives_the_ratio_of_medians_to_the_baseline(clock):
+def test_compare_gives_the_speedup_over_the_baseline(clock):
     r = bench.compare({"fast": clock.fn(0.01), "slow": clock.fn(0.04)}, warmup=1, repeats=3)
-    assert r["fast"]["speedup"] == pytest.approx(1.0)
-    assert r["slow"]["speedup"] == pytest.approx(0.25)
+    assert r["fast"]["speedup"].value == pytest.approx(1.0)
+    assert r["slow"]["speedup"].value == pytest.approx(0.25)
+    assert r["slow"]["speedup"].se == pytest.approx(0.0) and r["slow"]["speedup"].dof == 2
     assert r["slow"]["timing"].samples == pytest.approx((0.04,) * 3)
 
 
@@ -60,8 +61,8 @@ def test_compare_rotates_the_order_of_each_repeat_when_asked():
     assert all(len(v["timing"].samples) == 4 for v in r.values())
 
 
-def test_compare_over_gives_one_speedup_per_input_and_their_mean(clock):
-    from course_lib.measure.verdicts import mean_and_se
+def test_compare_over_gives_one_speedup_per_input_and_their_geometric_mean(clock):
+    from course_lib.measure.verdicts import geometric_mean
     calls = []
 
     def make(x):       # the baseline lasts x s, the other x / 2 on inputs 4 and 8, x / 3 on 6
@@ -73,7 +74,8 @@ def test_compare_over_gives_one_speedup_per_input_and_their_mean(clock):
     assert calls == [4] * 3 + [8] * 3 + [6] * 3               # each input: warm-up, then its repeats
     assert r["base"]["speedups"] == [1.0, 1.0, 1.0] and r["fast"]["median_s"] == pytest.approx([2, 4, 2])
     assert r["fast"]["speedups"] == pytest.approx([2.0, 2.0, 3.0])
-    assert r["fast"]["speedup"] == mean_and_se(r["fast"]["speedups"]) and r["fast"]["speedup"].dof == 2
+    assert r["fast"]["speedup"] == geometric_mean([2.0, 2.0, 3.0]) and r["fast"]["speedup"].dof == 2
+    assert r["fast"]["speedup"].value == pytest.approx(12 ** (1 / 3))
     with pytest.raises(ValueError, match="inputs"):
         bench.compare_over([], make)
     with pytest.raises(ValueError, match="same alternatives"):

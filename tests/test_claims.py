@@ -6,8 +6,8 @@ import pytest
 
 from course_lib.measure.claims import ARTICLES, CLAIMS, judge
 from course_lib.measure.results import Recorder
-from course_lib.measure.verdicts import (OUTCOMES, Rule, accuracy_se, difference_se, mean_and_se,
-                                 paired_ratio)
+from course_lib.measure.verdicts import (OUTCOMES, Estimate, Rule, accuracy_se, difference_se, mean_and_se,
+                                 speedup)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,9 +61,17 @@ def test_noise_helpers_match_hand_computations():
     assert mean_and_se([2.0, 4.0]) == pytest.approx((3.0, 1.0, 1.0))  # stdev sqrt(2) / sqrt(2)
     assert mean_and_se([5.0]) == (5.0, math.inf, 1.0)     # one sample: noise unknown
     assert Rule("x", ">=", 1.0).judge(*mean_and_se([5.0])) == "inconclusive"
-    assert paired_ratio([4.0, 6.0], [2.0, 2.0]) == pytest.approx((2.5, 0.5, 1.0))  # ratios 2, 3
+    # ratios 2 and 3: geometric mean sqrt(6); the log-ratios' standard error is ln(1.5) / 2
+    assert speedup([4.0, 6.0], [2.0, 2.0]) == pytest.approx(
+        (math.sqrt(6), math.sqrt(6) * math.log(1.5) / 2, 1.0))
+    assert speedup([2.0, 1.0], [1.0, 2.0]).value == pytest.approx(1.0)   # 2x then 0.5x: none
+    # unpaired: the ratio of the means (of the totals they stand for)
+    assert speedup([10.0, 30.0], [5.0], paired=False).value == pytest.approx(4.0)
     with pytest.raises(ValueError, match="as many repeats"):
-        paired_ratio([1.0], [1.0, 2.0])
+        speedup([1.0], [1.0, 2.0])
+    e = Estimate(1.5, 0.1, 2.0)                           # "±" is the 95% half-width: t(2) = 4.30
+    assert f"{e:.2f×}" == "1.50× ± 0.43" and f"{Estimate(-1.0, 0.5):+.1f}" == "-1.0 ± 1.0"
+    assert f"{Estimate(3.0, 0.0):.1f}" == "3.0" and f"{Estimate(3.0, math.inf, 1.0):.1f}" == "3.0 (one sample)"
     with pytest.raises(ValueError):
         accuracy_se(1.5, 10)
 

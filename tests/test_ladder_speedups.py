@@ -4,49 +4,50 @@ import math
 import pytest
 
 from course_lib.capstone import ladder_speedups as S
-from course_lib.measure.verdicts import Estimate, fmt, paired_ratio
+from course_lib.measure.verdicts import Estimate, fmt, speedup
 
 
 def _point(name, **samples):
     return {"name": name, "samples": samples}
 
 
-def test_a_paired_speedup_is_the_mean_of_per_repeat_ratios():
+def test_a_paired_speedup_is_the_geometric_mean_of_per_repeat_ratios():
     base = _point("base", latency_b32_ms=[10.0, 12.0, 11.0])
     fast = _point("fast", latency_b32_ms=[5.0, 4.0, 5.5])
-    e = S.speedup(base, fast, "latency_b32_ms")
-    ratios = [2.0, 3.0, 2.0]
-    mean = sum(ratios) / 3
-    sd = math.sqrt(sum((r - mean) ** 2 for r in ratios) / 2)
-    assert e == pytest.approx(Estimate(mean, sd / math.sqrt(3), 2.0))
-    assert e == paired_ratio([10.0, 12.0, 11.0], [5.0, 4.0, 5.5])
+    e = S.rung_speedup(base, fast, "latency_b32_ms")
+    logs = [math.log(2.0), math.log(3.0), math.log(2.0)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    value = math.exp(mean)                              # (2 * 3 * 2) ** (1/3) = 2.289...
+    assert e == pytest.approx(Estimate(value, value * sd / math.sqrt(3), 2.0))
+    assert e == speedup([10.0, 12.0, 11.0], [5.0, 4.0, 5.5])
     # drift that hits both alike cancels: the same ratio every repeat, no noise
-    drift = S.speedup(_point("b", test_set_s=[4.0, 8.0]), _point("f", test_set_s=[1.0, 2.0]), "test_set_s")
+    drift = S.rung_speedup(_point("b", test_set_s=[4.0, 8.0]), _point("f", test_set_s=[1.0, 2.0]), "test_set_s")
     assert drift.value == pytest.approx(4.0) and drift.se == pytest.approx(0.0)
-    assert S.speedup(base, base, "latency_b32_ms") == Estimate(1.0, 0.0, math.inf)
+    assert S.rung_speedup(base, base, "latency_b32_ms") == Estimate(1.0, 0.0, math.inf)
 
 
 def test_an_unpaired_speedup_adds_relative_errors_in_quadrature():
     base = _point("base", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0])
     fast = _point("fast", train_epoch_s=[10.0, 12.0, 8.0])
-    e = S.speedup(base, fast, "train_epoch_s")
+    e = S.rung_speedup(base, fast, "train_epoch_s")
     ma, sa = 100.0, math.sqrt(200 / 4) / math.sqrt(5)
     mb, sb = 10.0, math.sqrt(8 / 2) / math.sqrt(3)
     assert e.value == pytest.approx(10.0)
     assert e.se == pytest.approx(10.0 * math.sqrt((sa / ma) ** 2 + (sb / mb) ** 2))
     assert e.dof == 2.0                                 # the smaller sample's n - 1
-    one = S.speedup(base, _point("once", train_epoch_s=[10.0]), "train_epoch_s")
+    one = S.rung_speedup(base, _point("once", train_epoch_s=[10.0]), "train_epoch_s")
     assert one.value == pytest.approx(10.0) and math.isinf(one.se)
 
 
 def test_bad_input_names_the_metric_or_the_repeats():
     a, b = _point("a", test_set_s=[1.0, 2.0]), _point("b", test_set_s=[1.0])
     with pytest.raises(ValueError, match="metric"):
-        S.speedup(a, b, "size_bytes")
+        S.rung_speedup(a, b, "size_bytes")
     with pytest.raises(ValueError, match="same rounds"):
-        S.speedup(a, b, "test_set_s")
+        S.rung_speedup(a, b, "test_set_s")
     with pytest.raises(ValueError, match="no latency_b1_ms samples"):
-        S.speedup(_point("a", latency_b1_ms=[]), b, "latency_b1_ms")
+        S.rung_speedup(_point("a", latency_b1_ms=[]), b, "latency_b1_ms")
 
 
 def test_product_and_ratio_propagate_relative_errors():
@@ -68,9 +69,9 @@ def test_the_multiply_check_and_the_targets_reach_every_outcome():
     assert S.target_call(Estimate(10.0, 1.0, 10.0), 15) == "not met"
     assert S.target_call(Estimate(16.0, 1.0, 2.0), 15) == "inconclusive"
     assert S.target_call(Estimate(16.0, math.inf, 1.0), 15) == "inconclusive"
-    assert fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 0.4"
+    assert fmt(Estimate(12.34, 0.41, 3.0)) == "12.3× ± 1.3"   # 95%: t(3) = 3.18 x the SE
     assert fmt(Estimate(12.34, math.inf, 1.0)) == "12.3× (one sample)"
-    assert fmt(Estimate(1.234, 0.041, 3.0), digits=2) == "1.23× ± 0.04"
+    assert fmt(Estimate(1.234, 0.041, 3.0), digits=2) == "1.23× ± 0.13"
 
 
 def test_combined_call_reaches_every_outcome():

@@ -7,6 +7,7 @@ import torch
 from course_lib.distill import report as sr
 from course_lib.core.data import CorpusConfig, load_corpus
 from course_lib.core.model import build_model
+from course_lib.measure.verdicts import speedup
 
 
 def _runs(cells):
@@ -53,6 +54,6 @@ def test_split_seconds_times_every_model_per_repeat_and_rejects_one_repeat():
     a_hook.remove()
     assert set(secs) == {"a", "b"} and all(len(v) == 2 and min(v) > 0 for v in secs.values())
     assert len(calls) == 1 + 2 * 3                     # one warm-up, then repeats x batches
-    assert sr.speedup(secs, "b", "a").dof == 1
+    assert speedup(secs["b"], secs["a"]).dof == 1
     with pytest.raises(ValueError, match="repeats"):
         sr.split_seconds({"a": a}, corpus.test, repeats=1)

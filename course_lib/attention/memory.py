@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from course_lib.measure import bench
+from course_lib.measure.verdicts import Estimate, speedup
 from course_lib.attention.sdpa import ATTENTION_FUNCTIONS, sliding_window_mask
 
 __all__ = ["score_matrix_bytes", "MemoryEstimate", "predict_memory", "attention_case",
@@ -194,8 +195,9 @@ def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int 
     """Median time of each method at each length, methods interleaved per length, on
     ``device`` in ``dtype`` (the GPU is synchronized around every call).
 
-    Returns rows ``{"length", "method", "causal", "backward", "ms", "speedup", "device",
-    "dtype"}`` where the speedup is over the first method. ``repeats`` may map a length to its
+    Returns rows ``{"length", "method", "causal", "backward", "ms", "samples_ms", "device",
+    "dtype"}``: the median and every repeat, interleaved with the other methods at the same
+    length (``speedup_at`` pairs them). ``repeats`` may map a length to its
     repeat count (fewer at long lengths).
     """
     if not lengths:
@@ -217,17 +219,28 @@ def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int 
         res = bench.compare(fns, warmup=warmup, repeats=n, device=device)
         for m, r in res.items():
             rows.append({"length": length, "method": m, "causal": causal, "backward": backward,
-                         "ms": r["timing"].median * 1e3, "speedup": r["speedup"],
+                         "ms": r["timing"].median * 1e3,
+                         "samples_ms": [s * 1e3 for s in r["timing"].samples],
                          "device": torch.device(device).type, "dtype": dtype})
     return rows
 
 
-def ms_at(rows: list[dict], *, method: str, length: int) -> float:
-    """The median time (ms) of ``method`` at ``length`` in ``sweep``'s rows."""
+def _row(rows: list[dict], method: str, length: int) -> dict:
     for r in rows:
         if r["method"] == method and r["length"] == length:
-            return r["ms"]
+            return r
     raise KeyError(f"no row for method={method!r}, length={length} in this sweep")
+
+
+def ms_at(rows: list[dict], *, method: str, length: int) -> float:
+    """The median time (ms) of ``method`` at ``length`` in ``sweep``'s rows."""
+    return _row(rows, method, length)["ms"]
+
+
+def speedup_at(rows: list[dict], *, slow: str, fast: str, length: int) -> Estimate:
+    """How many times faster ``fast`` ran than ``slow`` at ``length`` (``verdicts.speedup`` of
+    their interleaved repeats)."""
+    return speedup(_row(rows, slow, length)["samples_ms"], _row(rows, fast, length)["samples_ms"])
 
 
 def predict_case(case: dict) -> MemoryEstimate:

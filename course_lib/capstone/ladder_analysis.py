@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from course_lib.ui.plots import new_figure
 from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
-from course_lib.capstone.ladder_speedups import fmt, multiply_call, product, ratio, speedup
+from course_lib.capstone.ladder_speedups import fmt, multiply_call, product, ratio, rung_speedup
 
 
 def record(rows: Sequence[dict], rec) -> None:
@@ -37,7 +37,7 @@ def summary(rows: Sequence[dict], points: dict[tuple, dict], *,
     trn = min((p for p in points.values() if p["train_epoch_s"] is not None
                and not {"distill", "prune"} & set(p["techniques"])),
               key=lambda p: p["train_epoch_s"])
-    inf_x, trn_x = speedup(base, inf, "test_set_s"), speedup(base, trn, "train_epoch_s")
+    inf_x, trn_x = rung_speedup(base, inf, "test_set_s"), rung_speedup(base, trn, "train_epoch_s")
     return {"best_inference": inf["name"], "best_inference_speedup": inf_x.value,
             "best_inference_speedup_estimate": inf_x,
             "best_inference_accuracy_drop_points": drop[inf["name"]],
@@ -102,8 +102,8 @@ def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence
     out = []
     for label, metric, row in stacks:
         alone = [points[tuple(x == t for x in TECHNIQUES)] for t in row["techniques"]]
-        predicted = product([speedup(base, p, metric) for p in alone])
-        measured = speedup(base, row, metric)
+        predicted = product([rung_speedup(base, p, metric) for p in alone])
+        measured = rung_speedup(base, row, metric)
         r = ratio(measured, predicted)
         out.append({"label": label, "metric": metric, "predicted": predicted.value,
                     "measured": measured.value, "ratio": r.value, "predicted_estimate": predicted,
@@ -178,8 +178,8 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
     return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,
-                 evidence=f"all {n_rungs} rungs stacked ({top_name}): {e.value:+.2f} ± {e.se:.2f} "
-                          f"points (SE) against the baseline, paired over {len(base_correct):,} "
+                 evidence=f"all {n_rungs} rungs stacked ({top_name}): {e:+.2f} "
+                          f"points against the baseline, paired over {len(base_correct):,} "
                           f"test reviews, {where}")
 
 
@@ -194,8 +194,8 @@ def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
             labels[t] for t in row["techniques"] if t not in below["techniques"])
         lines.append(
             f"| **{row['name']}** | {adds} | {row['test_accuracy']:.1%} | "
-            f"{row['train_epoch_s']:,.1f} s ({fmt(speedup(base, row, 'train_epoch_s'))}) | "
-            f"{row['test_set_s']:,.2f} s ({fmt(speedup(base, row, 'test_set_s'))}) | "
+            f"{row['train_epoch_s']:,.1f} s ({fmt(rung_speedup(base, row, 'train_epoch_s'))}) | "
+            f"{row['test_set_s']:,.2f} s ({fmt(rung_speedup(base, row, 'test_set_s'))}) | "
             f"{row['latency_b1_ms']:,.2f} ms | {row['latency_b32_ms']:,.1f} ms | "
             f"{row['size_bytes'] / 2**20:.2f} MiB | {row['peak_mib']:,.1f} MiB |")
     return "\n".join(lines)

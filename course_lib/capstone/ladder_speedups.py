@@ -5,8 +5,8 @@ multiply" check can come out "inconclusive" when the timings cannot tell.
 Where the samples come from (``ladder_meters.measure`` stores them under ``"samples"``):
 
 - latencies and the test set: ``bench.compare`` with the order rotated, so repeat i of every
-  point ran in the same round: the speed-up is the mean of the per-repeat ratios
-  (``verdicts.paired_ratio``, n - 1 degrees of freedom);
+  point ran in the same round: the speed-up is the geometric mean of the per-repeat ratios
+  (``verdicts.speedup``, n - 1 degrees of freedom);
 - a training epoch: the time of each timed step scaled to the epoch, steps of different
   batches (fixed padding: any batch; bucketed: spread over the batch widths), so the two
   means are not paired: their ratio, with the delta method's standard error (the relative
@@ -15,24 +15,18 @@ Where the samples come from (``ladder_meters.measure`` stores them under ``"samp
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 
-from course_lib.measure.verdicts import Estimate, Rule, fmt, paired_ratio  # noqa: F401  (fmt: re-exported)
+from course_lib.measure.verdicts import Estimate, Rule, fmt, speedup  # noqa: F401  (fmt: re-exported)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
 
 
-def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return statistics.fmean(xs), math.inf
-    return statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(len(xs))
-
-
-def speedup(base: dict, point: dict, metric: str) -> Estimate:
+def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
     """How many times faster ``point`` is than ``base`` on ``metric`` (time before / after),
-    from the samples both carry; infinite standard error from a single sample."""
+    from the samples both carry (``verdicts.speedup``, paired where the two were timed in the
+    same rounds); infinite standard error from a single sample."""
     if metric not in PAIRED + UNPAIRED:
         raise ValueError(f"metric must be one of {PAIRED + UNPAIRED}, got {metric!r}")
     if point is base:
@@ -44,10 +38,7 @@ def speedup(base: dict, point: dict, metric: str) -> Estimate:
         if len(a) != len(b):
             raise ValueError(f"{metric}: {base['name']!r} and {point['name']!r} were not timed in "
                              f"the same rounds ({len(a)} and {len(b)} repeats)")
-        return paired_ratio(list(a), list(b))
-    (ma, sa), (mb, sb) = _mean_se(a), _mean_se(b)
-    value = ma / mb
-    return Estimate(value, value * math.hypot(sa / ma, sb / mb), float(max(1, min(len(a), len(b)) - 1)))
+    return speedup(list(a), list(b), paired=metric in PAIRED)
 
 
 def product(estimates: Sequence[Estimate]) -> Estimate:

@@ -13,7 +13,7 @@ import torch
 
 from course_lib.measure.bench import synchronize
 from course_lib.core.batching import make_loader
-from course_lib.measure.verdicts import (Estimate, difference_call, mean_and_se, paired_accuracy_change, paired_ratio,
+from course_lib.measure.verdicts import (Estimate, difference_call, mean_and_se, paired_accuracy_change, speedup,
                        t_quantile)
 
 NAMES = {"small": "1 layer, width 64", "half": "2 layers, teacher's width",
@@ -48,7 +48,7 @@ def split_seconds(models: Mapping[str, torch.nn.Module], dataset, *, batch_size:
     """Seconds per repeat to classify ``max_batches`` batches spread evenly over ``dataset``'s
     length-sorted batches, per model: each batch runs every model in turn (the order rotates),
     so drift on a shared machine hits all of them; one warm-up pass on the first batch.
-    Repeat ``r`` of each model ran under the same conditions: ``verdicts.paired_ratio``."""
+    Repeat ``r`` of each model ran under the same conditions: ``verdicts.speedup``."""
     if repeats < 2 or max_batches < 1:
         raise ValueError(f"repeats must be >= 2 and max_batches >= 1, got {repeats}, {max_batches}")
     batches = list(make_loader(dataset, batch_size=batch_size, shuffle=False))
@@ -72,10 +72,6 @@ def split_seconds(models: Mapping[str, torch.nn.Module], dataset, *, batch_size:
                     out[name][r] += time.perf_counter() - t0
     return out
 
-
-def speedup(seconds: dict[str, list[float]], baseline: str, name: str) -> Estimate:
-    """``baseline``'s time over ``name``'s, paired by repeat."""
-    return paired_ratio(seconds[baseline], seconds[name])
 
 
 def cell_accuracies(runs: list[dict]) -> dict[tuple[str, str], dict[int, float]]:
@@ -140,7 +136,7 @@ def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, lis
     rows = []
     for name, m in models.items():
         c, secs = m.cfg, seconds[name]
-        s = speedup(seconds, baseline, name)
+        s = speedup(seconds[baseline], seconds[name])
         ratio = "1" if name == baseline else \
             f"{s.value:.2f} ± {t_quantile(0.975, s.dof) * s.se:.2f}"
         rows.append(f"| {NAMES.get(name, name)} | {c.n_layers} | {c.d_model} | "

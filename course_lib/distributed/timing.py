@@ -14,9 +14,8 @@ import io
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from course_lib.measure.verdicts import Estimate, paired_ratio
 
-__all__ = ["interleaved_step_times", "speedup"]
+__all__ = ["interleaved_step_times"]
 
 
 def interleaved_step_times(worker_args: Sequence[str], *, nproc: int, cores: int, rounds: int,
@@ -55,11 +54,3 @@ def interleaved_step_times(worker_args: Sequence[str], *, nproc: int, cores: int
             out[name].append(configs[name]())
     return out
 
-
-def speedup(times: dict[str, list[float]], *, slow: str, fast: str) -> Estimate:
-    """How many times faster ``fast`` ran than ``slow``: the mean of the per-round ratios
-    ``slow / fast`` with its standard error."""
-    for name in (slow, fast):
-        if name not in times:
-            raise ValueError(f"no configuration named {name!r}; have {list(times)}")
-    return paired_ratio(times[slow], times[fast])

@@ -123,9 +123,10 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: i
     starts each repeat one alternative later (A B C, B C A, C A B ...), so that none always runs
     right after the same neighbour (a cache it warmed, a clock it raised).
 
-    Returns ``{name: {"timing": Timing, "speedup": baseline_median / median}}``; the baseline
-    is the first entry unless named. ``timing.samples[i]`` of every alternative come from
-    repeat i: paired samples (``verdicts.paired_ratio``).
+    Returns ``{name: {"timing": Timing, "speedup": Estimate}}``: how many times faster than the
+    baseline (the first entry unless named), the course's one statistic (``verdicts.speedup``:
+    the geometric mean of the paired ratios, with its error). ``timing.samples[i]`` of every
+    alternative come from repeat i.
     """
     if not fns:
         raise ValueError("fns must hold at least one function")
@@ -146,22 +147,23 @@ def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: i
             fn()
             synchronize(device)
             samples[name].append(time.perf_counter() - t0)
-    timings = {k: Timing(tuple(v)) for k, v in samples.items()}
-    base = timings[baseline].median
-    return {k: {"timing": t, "speedup": base / t.median} for k, t in timings.items()}
+    from course_lib.measure.verdicts import speedup
+    return {k: {"timing": Timing(tuple(v)), "speedup": speedup(samples[baseline], v)}
+            for k, v in samples.items()}
 
 
 def compare_over(inputs: Sequence, make: Callable[[object], dict[str, Callable[[], object]]], *,
                  warmup: int = 1, repeats: int = 3, device: torch.device | str | None = None,
                  rotate: bool = True) -> dict[str, dict]:
     """``compare`` on each of several inputs (batches drawn at random, say): one speed-up per
-    input and alternative (ratio of medians, interleaved within the input), then their mean with
-    its standard error over the inputs (``n - 1`` degrees of freedom: the inputs are the samples).
+    input and alternative (``verdicts.speedup`` within the input), then their geometric mean
+    with its error over the inputs (``n - 1`` degrees of freedom: the inputs are the samples).
+    The same statistic as ``compare``'s, one level up.
 
     ``make(x)`` returns the alternatives for input ``x``, the baseline first. Returns
     ``{name: {"speedups": [...], "speedup": Estimate, "median_s": [...]}}``.
     """
-    from course_lib.measure.verdicts import mean_and_se
+    from course_lib.measure.verdicts import geometric_mean
     if not inputs:
         raise ValueError("inputs must hold at least one input")
     out: dict[str, dict] = {}
@@ -169,12 +171,12 @@ def compare_over(inputs: Sequence, make: Callable[[object], dict[str, Callable[[
         for name, r in compare(make(x), warmup=warmup, repeats=repeats, device=device,
                                rotate=rotate).items():
             d = out.setdefault(name, {"speedups": [], "median_s": []})
-            d["speedups"].append(r["speedup"])
+            d["speedups"].append(r["speedup"].value)
             d["median_s"].append(r["timing"].median)
     if any(len(d["speedups"]) != len(inputs) for d in out.values()):
         raise ValueError("make(x) must return the same alternatives for every input")
     for d in out.values():
-        d["speedup"] = mean_and_se(d["speedups"])
+        d["speedup"] = geometric_mean(d["speedups"])
     return out
 
 

@@ -30,9 +30,10 @@ from course_lib.core.device import capabilities
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # The units of notebooks/README.md: a signed accuracy difference is in "points" (percentage
 # points, may be negative), a signal-to-noise ratio in "dB", a difference of model outputs
-# (logits, dimensionless) in "logit".
+# (logits, dimensionless) in "logit", a difference of two tensors (weights, activations) in
+# "delta".
 UNITS = frozenset({"fraction", "s", "ms", "x", "bytes", "MiB", "count", "tokens/s", "params",
-                   "GFLOP/s", "GiB/s", "points", "dB", "logit"})
+                   "GFLOP/s", "GiB/s", "points", "dB", "logit", "delta"})
 TIMING_UNITS = frozenset({"s", "ms"})
 # What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, >= 2 GPUs, the
 # torchao package (GPU int8, lesson 07) or a C++ compiler (Inductor on a CPU, lesson 09).

@@ -8,6 +8,10 @@ thousands of reviews). With 3 seeds ``t`` is 4.30, not 2: few samples earn wide 
 Entirely on the claim's side of the threshold: **holds**; entirely on the other side:
 **fails**; straddling it, or not measured (None, NaN): **inconclusive**. A deterministic count
 has ``se = 0``. The helpers below return ``Estimate(value, se, dof)``.
+
+One "±" in the whole course: an ``Estimate`` prints as ``value ± half-width of its 95%
+interval`` (``f"{e:.2f}"``, ``f"{e:.2f×}"`` for a ratio), never as value ± standard error.
+One speed-up statistic: ``speedup``, the geometric mean of paired time ratios.
 """
 from __future__ import annotations
 
@@ -25,6 +29,26 @@ class Estimate(NamedTuple):
     value: float
     se: float                  # standard error
     dof: float = math.inf      # degrees of freedom of the evidence behind ``se``
+
+    @property
+    def half_width(self) -> float:
+        """Half the width of the 95% interval: ``t(0.975, dof) * se`` (0 for an exact count,
+        infinite when the noise is unknown)."""
+        if self.se == 0:
+            return 0.0
+        return math.inf if not math.isfinite(self.se) else t_quantile(0.975, self.dof) * self.se
+
+    def __format__(self, spec: str) -> str:
+        """``f"{e:+.1f}"`` gives ``+2.3 ± 0.4`` (the 95% half-width), ``f"{e:.2f×}"`` gives
+        ``1.87× ± 0.05``; ``(one sample)`` when the noise is unknown, the value alone when exact."""
+        ratio = spec.endswith(("×", "x"))
+        spec = spec[:-1] if ratio else spec
+        value = format(self.value, spec) + ("×" if ratio else "")
+        if self.se == 0:
+            return value
+        if not math.isfinite(self.se):
+            return f"{value} (one sample)"
+        return f"{value} ± {format(self.half_width, spec.replace('+', '').replace(' ', ''))}"
 
 
 @functools.lru_cache(maxsize=512)
@@ -124,16 +148,41 @@ def mean_and_se(values: list[float]) -> Estimate:
                     float(len(values) - 1))
 
 
-def paired_ratio(numerator: list[float], denominator: list[float]) -> Estimate:
-    """Mean and standard error of the per-repeat ratios ``numerator[i] / denominator[i]``: a
-    speed-up from interleaved timings (``bench.compare``), where repeat i of each alternative
-    ran under the same conditions."""
-    if len(numerator) != len(denominator):
-        raise ValueError(f"numerator and denominator need as many repeats, got "
-                         f"{len(numerator)} and {len(denominator)}")
-    if min(denominator, default=0) <= 0 or min(numerator, default=0) <= 0:
-        raise ValueError("timings must be positive")
-    return mean_and_se([a / b for a, b in zip(numerator, denominator)])
+def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Estimate:
+    """How many times faster ``fast`` ran than ``slow``: the course's one speed-up statistic.
+
+    Paired (the default: repeat i of both ran the same work under the same conditions,
+    interleaved by ``bench.compare``): the geometric mean of the per-repeat ratios
+    ``slow[i] / fast[i]``, its standard error from the spread of the log-ratios (the delta
+    method: ``value * se(log)``) with n - 1 degrees of freedom; drift that hits both alike
+    cancels. Geometric, because ratios multiply: twice as fast on one repeat and half as fast
+    on the next is no speed-up at all (1×), where the arithmetic mean of the ratios says 1.25×.
+    Unpaired (``paired=False``: samples of different work, such as steps of different batches
+    standing for an epoch): the ratio of the two means, that is of the totals they stand for,
+    with the relative errors in quadrature and the smaller sample's n - 1 degrees of freedom.
+    Also a ratio of other positive measurements (errors, sizes)."""
+    if not slow or not fast:
+        raise ValueError("slow and fast must not be empty")
+    if min(slow) <= 0 or min(fast) <= 0:
+        raise ValueError("times must be positive")
+    if paired:
+        if len(slow) != len(fast):
+            raise ValueError(f"paired slow and fast need as many repeats, got {len(slow)} and "
+                             f"{len(fast)}")
+        return geometric_mean([a / b for a, b in zip(slow, fast)])
+    a, b = mean_and_se(list(slow)), mean_and_se(list(fast))
+    value = a.value / b.value
+    return Estimate(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
+
+
+def geometric_mean(ratios: list[float]) -> Estimate:
+    """Geometric mean of positive ratios with the delta-method standard error (see ``speedup``);
+    one ratio has an infinite standard error, identical ratios a zero one."""
+    if not ratios or min(ratios) <= 0:
+        raise ValueError("ratios must be a non-empty list of positive numbers")
+    logs = mean_and_se([math.log(r) for r in ratios])
+    value = math.exp(logs.value)
+    return Estimate(value, value * logs.se if math.isfinite(logs.se) else math.inf, logs.dof)
 
 
 def paired_accuracy_change(correct_before, correct_after) -> Estimate:
@@ -159,7 +208,6 @@ def difference_call(e: Estimate, *, confidence: float = 0.95) -> str:
 
 
 def fmt(e: Estimate, *, digits: int = 1) -> str:
-    """A ratio estimate as the lessons print it: ``12.3× ± 0.4`` (standard error), or
+    """A ratio estimate as the lessons print it: ``12.3× ± 0.4`` (the 95% half-width), or
     ``12.3× (one sample)`` when the noise is unknown; ``digits`` after the point."""
-    v = f"{e.value:,.{digits}f}×"
-    return f"{v} ± {e.se:.{digits}f}" if math.isfinite(e.se) else f"{v} (one sample)"
+    return format(e, f",.{digits}f×")

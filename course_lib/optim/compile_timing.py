@@ -17,6 +17,7 @@ import torch
 
 from course_lib.core.train import make_step_fn, precision_of
 from course_lib.measure import bench
+from course_lib.measure.verdicts import Estimate
 
 __all__ = ["autocast_context", "inference_fn", "training_step", "eager_vs_compiled", "payback_calls"]
 
@@ -57,7 +58,8 @@ def eager_vs_compiled(eager: Callable[[], object], compiled: Callable[[], object
     model.train(train_mode)
     if compiled is None:
         t = bench.time_fn(eager, warmup=1, repeats=repeats, device=device)
-        return {"eager": {"timing": t, "speedup": 1.0}, "compiled": {"timing": t, "speedup": 1.0}}
+        same = Estimate(1.0, 0.0)
+        return {"eager": {"timing": t, "speedup": same}, "compiled": {"timing": t, "speedup": same}}
     return bench.compare({"eager": eager, "compiled": compiled}, repeats=repeats, device=device)
 
 

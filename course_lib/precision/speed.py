@@ -16,7 +16,7 @@ from torch import nn
 
 from course_lib.core.train import make_step_fn, precision
 from course_lib.measure.bench import compare
-from course_lib.measure.verdicts import paired_ratio
+from course_lib.measure.verdicts import speedup
 
 __all__ = ["by_batch", "tokens_per_second"]
 
@@ -53,6 +53,6 @@ def by_batch(build: Callable[[], nn.Module], batches: Mapping[int, dict], *,
         for p, r in res.items():
             t = r["timing"]
             row[p] = {"ms": t.median * 1e3, "tokens_per_s": tokens_per_second(batch, t.median),
-                      "speedup": paired_ratio(base, t.samples)}
+                      "speedup": speedup(base, t.samples)}
         rows.append(row)
     return rows

@@ -58,7 +58,7 @@ def compare_int8_weight_only(model: torch.nn.Module, batches: dict[str, tuple[to
                             repeats=repeats, device=device, rotate=True)
         for k in models:
             rows[k][f"{b}_ms"] = res[k]["timing"].median * 1e3
-        speedup[b] = res["torchao int8 weight-only"]["speedup"]
+        speedup[b] = res["torchao int8 weight-only"]["speedup"].value
     for k, m in models.items():
         rows[k].update(bytes=state_dict_bytes(m),
                        accuracy=float(correct(m, test_loader, device=device).float().mean()))

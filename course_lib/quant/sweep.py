@@ -19,7 +19,7 @@ from torch import nn
 
 from course_lib.measure import bench
 from course_lib.quant.int8 import quantize_dynamic_int8
-from course_lib.measure.verdicts import Rule, paired_ratio
+from course_lib.measure.verdicts import Rule, speedup
 
 __all__ = ["feed_forward_block", "int8_speedups", "first_width_holding"]
 
@@ -55,7 +55,7 @@ def int8_speedups(widths: Sequence[int], batches: Sequence[int], *, tokens: int 
             res = bench.compare({"fp32": bench.forward_call(fp32, x),
                                  "int8": bench.forward_call(int8, x)}, warmup=warmup,
                                 repeats=repeats, device="cpu")
-            ratio = paired_ratio(res["fp32"]["timing"].samples, res["int8"]["timing"].samples)
+            ratio = speedup(res["fp32"]["timing"].samples, res["int8"]["timing"].samples)
             rows.append({"width": width, "batch": batch,
                          "fp32_ms": res["fp32"]["timing"].median * 1e3,
                          "int8_ms": res["int8"]["timing"].median * 1e3,

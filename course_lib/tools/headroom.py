@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     dm, ds = statistics.mean(runs["distilled"]), statistics.stdev(runs["distilled"])
     gap = teacher_acc - sm
     recovered = (dm - sm) / gap if gap > 0 else float("nan")
-    print(f"3. student from scratch               {sm:.1%} ± {100 * ss:.1f} pts  "
+    print(f"3. student from scratch               {sm:.1%}, seed sd {100 * ss:.1f} pts  "
           f"({100 * gap:+.1f} pts below the teacher; target >= 5)")
-    print(f"4. student distilled                  {dm:.1%} ± {100 * ds:.1f} pts  "
+    print(f"4. student distilled                  {dm:.1%}, seed sd {100 * ds:.1f} pts  "
           f"(recovers {recovered:.0%} of the gap; target >= 50%)")
     q8 = evaluate(quant.fake_quantize_model(teacher, bits=8, granularity="per_channel"), test)
     q2 = evaluate(quant.fake_quantize_model(teacher, bits=2, granularity="per_channel"), test)

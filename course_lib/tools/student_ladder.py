@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> None:
              if args.sweep or args.sweep_only else [])
     out = save(args.out, runs, recipe=recipe, device=device, teacher_accuracy=t_acc, sweep=sweep)
     for (s, a), e in summary(runs).items():
-        print(f"{s:18s} {a:24s} {e.value:5.1f} ± {e.se:.1f}")
+        print(f"{s:18s} {a:24s} {e:5.1f}")
     for (t, a), e in sweep_summary(sweep).items():
-        print(f"sweep T = {t:g}, alpha = {a:g}: {e.value:5.1f} ± {e.se:.1f}")
+        print(f"sweep T = {t:g}, alpha = {a:g}: {e:5.1f}")
     print(f"teacher {100 * t_acc:.1f}; written to {out}")
 
 
