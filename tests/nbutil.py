@@ -70,6 +70,9 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
     assert not cell_errors(nb)
     errs = widget_errors(nb)
     assert not errs, f"exception inside a widget callback: {errs}"
+    from course_lib.tools.hygiene import output_problems
+    problems = output_problems(nb)
+    assert not problems, f"{nb_path.name}: output a learner should not see:\n" + "\n".join(problems)
 
     path = results_dir / f"{nb_path.stem}.json"
     assert path.exists(), f"{nb_path.name} recorded no results (Recorder.save not called?)"

@@ -150,7 +150,8 @@ def mfu(flops: float, seconds: float, peak_flops: float) -> float:
 
 
 def draw_roofline(ax, machine: Machine, ops: list[Op], *, title: str = "") -> None:
-    """Log-log roofline with one labelled point per operation (at its attainable rate)."""
+    """Log-log roofline with one point per operation (at its attainable rate), told apart by its
+    marker in the legend (names written beside the points run into each other on the roof)."""
     import numpy as np
 
     lo = min(min(op.intensity for op in ops), machine.ridge_point) / 4
@@ -160,14 +161,14 @@ def draw_roofline(ax, machine: Machine, ops: list[Op], *, title: str = "") -> No
             label="roofline (measured ceilings)")
     ax.axvline(machine.ridge_point, color="grey", ls=":", lw=1,
                label=f"ridge point {machine.ridge_point:.1f} FLOP/byte")
-    for op in ops:
-        colour = "#C44E52" if op.bound(machine) == "memory" else "#4C72B0"
-        ax.scatter([op.intensity], [op.attainable(machine) / 1e9], color=colour, zorder=3)
-        ax.annotate(op.name, (op.intensity, op.attainable(machine) / 1e9), fontsize=8,
-                    xytext=(4, -10), textcoords="offset points")
+    for op, marker in zip(ops, "osD^vP*Xh<>p8d"):
+        bound = op.bound(machine)
+        ax.scatter([op.intensity], [op.attainable(machine) / 1e9], marker=marker, s=45, zorder=3,
+                   color="#C44E52" if bound == "memory" else "#4C72B0",
+                   label=f"{op.name} ({bound}-bound)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
     ax.set_ylabel("attainable GFLOP/s")
     ax.set_title(title or f"Roofline of this {machine.device} (estimates)")
-    ax.legend(frameon=False, fontsize=8, loc="lower right")
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -61,6 +61,12 @@ def execute(nb: Path, out_dir: Path, *, smoke: bool, timeout: int) -> tuple[bool
     except Exception as exc:  # report and continue with the next lesson
         error = f"{type(exc).__name__}: {str(exc)[-500:]}"
     seconds = time.perf_counter() - t0
+    if not error:   # what a learner should never see (course_lib.tools.hygiene)
+        from course_lib.tools.hygiene import output_problems
+        problems = output_problems(json.loads(out.read_text(encoding="utf-8")))
+        if problems:
+            error = "output hygiene: " + "; ".join(problems)
+            print("  " + error, flush=True)
     subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", str(out)],
                    capture_output=True, check=False)
     return not error, seconds, error

@@ -12,10 +12,225 @@ import numpy as np
 from matplotlib.figure import Figure
 
 
-def _figure_png(fig: Figure) -> bytes:
+def _figure_png(fig: Figure) -> bytes | tuple[bytes, dict]:
+    """The PNG of ``fig``, tidied first (``tidy``), with what still reads badly
+    (``layout_problems``) in the display metadata when anything does."""
+    tidy(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    return buf.getvalue()
+    problems = layout_problems(fig)
+    return (buf.getvalue(), {LAYOUT_KEY: problems}) if problems else buf.getvalue()
+
+
+def tidy(fig: Figure) -> None:
+    """Fix, on the drawn figure, what a crowded figure gets wrong by itself: x tick labels that
+    run into each other are turned (30°, then 90°); labels placed on the data that overlap are
+    moved apart; a legend drawn over the data moves beside the panel; a title wider than the
+    figure is wrapped. Every lesson figure passes through it on its way to the screen."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text().strip()]
+        for angle in (30, 90):
+            if not _tick_collisions(labels, renderer):
+                break
+            for t in labels:
+                t.set(rotation=angle, ha="right" if angle < 90 else "center",
+                      rotation_mode="anchor" if angle < 90 else "default")
+            canvas.draw()
+        _spread(ax, renderer)
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible() and _data_under(
+                ax, legend.get_window_extent(renderer)):
+            handles, texts = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+            ax.legend(handles, texts, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      fontsize="small", title=legend.get_title().get_text() or None)
+    canvas.draw()   # the layout after the moves above, then the titles that no longer fit
+    for ax in fig.axes:
+        for title in (ax.title, ax._left_title, ax._right_title):
+            _wrap_to(title, fig, renderer)
+    if fig._suptitle is not None:
+        _wrap_to(fig._suptitle, fig, renderer)
+    canvas.draw()
+
+
+def _tick_collisions(labels, renderer) -> list[tuple]:
+    """Pairs of neighbouring tick labels that print over each other. Level labels collide when
+    their boxes overlap; turned ones (parallel lines of text) when the gap between their anchors,
+    seen across the slant (``gap * sin(angle)``), is less than a line of text."""
+    import math
+
+    if not labels:
+        return []
+    angle = labels[0].get_rotation() % 180
+    if angle == 0:
+        b = [t.get_window_extent(renderer) for t in labels]
+        return [(labels[i], labels[j]) for i in range(len(b)) for j in range(i + 1, len(b))
+                if _overlap(b[i], b[j])]
+    anchors = sorted(((t.get_transform().transform(t.get_position())[0], t) for t in labels),
+                     key=lambda a: a[0])
+    line = labels[0].get_fontsize() * labels[0].get_figure(root=True).dpi / 72
+    return [(a[1], b[1]) for a, b in zip(anchors, anchors[1:])
+            if (b[0] - a[0]) * math.sin(math.radians(angle)) < 0.9 * line]
+
+
+def _wrap_to(text, fig: Figure, renderer) -> None:
+    """Break ``text`` into lines that fit the figure's width."""
+    import textwrap
+
+    content = text.get_text()
+    if not content.strip():
+        return
+    box = text.get_window_extent(renderer)
+    width, centre = box.width, (box.x0 + box.x1) / 2
+    # a centred title spreads both ways from its centre: it fits twice the nearer edge's distance
+    room = 0.95 * min(fig.bbox.width, 2 * min(centre - fig.bbox.x0, fig.bbox.x1 - centre))
+    if width <= room:
+        return
+    longest = max(len(line) for line in content.splitlines())
+    chars = max(10, int(longest * room / width))
+    text.set_text("\n".join(textwrap.fill(line, chars) for line in content.splitlines()))
+
+
+def _shift_up(t, ax, pixels: float) -> bool:
+    """Move a text (or an annotation's text) up by ``pixels``; False when its coordinates are
+    neither data nor an offset."""
+    from matplotlib.text import Annotation
+
+    if isinstance(t, Annotation) and t.anncoords in ("offset points", "offset pixels"):
+        dx, dy = t.xyann
+        t.xyann = (dx, dy + (pixels * 72 / ax.figure.dpi if t.anncoords == "offset points" else pixels))
+        return True
+    coords = t.anncoords if isinstance(t, Annotation) else None
+    if coords in (None, "data") and (isinstance(t, Annotation) or t.get_transform() is ax.transData):
+        x, y = ax.transData.transform(t.xyann if isinstance(t, Annotation) else t.get_position())
+        new = ax.transData.inverted().transform((x, y + pixels))
+        if isinstance(t, Annotation):
+            t.xyann = tuple(new)
+        else:
+            t.set_position(new)
+        return True
+    return False
+
+
+def _spread(ax, renderer, *, passes: int = 20) -> None:
+    """Move overlapping texts of ``ax`` apart vertically, a few pixels at a time."""
+    texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+    for _ in range(passes):
+        moved = False
+        b = [t.get_window_extent(renderer) for t in texts]
+        for i in range(len(texts)):
+            for j in range(i + 1, len(texts)):
+                if _overlap(b[i], b[j]):
+                    lower, upper = (i, j) if b[i].y0 <= b[j].y0 else (j, i)
+                    shift = b[lower].y1 - b[upper].y0 + 2.0
+                    top = ax.get_window_extent(renderer).y1
+                    # up, unless that leaves the panel: then the lower one goes down
+                    k, step = (upper, shift) if b[upper].y1 + shift <= top else (lower, -shift)
+                    if _shift_up(texts[k], ax, step):
+                        b[k] = texts[k].get_window_extent(renderer)
+                        moved = True
+        if not moved:
+            return
+
+
+# The key under which the PNG formatter stores a figure's layout problems in the image's
+# display metadata (read by ``course_lib.tools.hygiene``; invisible to the learner).
+LAYOUT_KEY = "course_layout_problems"
+
+
+def _overlap(a, b, slack: float = 1.0) -> bool:
+    """Whether two display-space boxes share more than ``slack`` pixels in both directions."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > slack and min(a.y1, b.y1) - max(a.y0, b.y0) > slack
+
+
+def _inside(points: np.ndarray, box) -> bool:
+    points = points[np.isfinite(points).all(axis=1)]
+    return bool(((points[:, 0] > box.x0) & (points[:, 0] < box.x1)
+                 & (points[:, 1] > box.y0) & (points[:, 1] < box.y1)).any())
+
+
+def _data_under(ax, box) -> str:
+    """What of ``ax``'s data lies under the display box ``box`` ('' when nothing does)."""
+    for line in ax.get_lines():
+        xy = np.column_stack([np.asarray(line.get_xdata(), float),
+                              np.asarray(line.get_ydata(), float)])
+        if not line.get_visible() or not len(xy):
+            continue
+        pts = line.get_transform().transform(xy)
+        if line.get_linestyle() not in ("None", "none", "", " ") and len(pts) > 1:
+            steps = np.linspace(0, 1, 9)[:, None, None]     # the segments too, not only the points
+            pts = (pts[:-1] + steps * (pts[1:] - pts[:-1])).reshape(-1, 2)
+        if _inside(pts, box):
+            return f"the line {line.get_label()!r}"
+    for patch in ax.patches:
+        extent = patch.get_window_extent()
+        if patch.get_visible() and extent.width > 0 and extent.height > 0 and _overlap(extent, box):
+            return "a bar"
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), float)
+        if coll.get_visible() and offsets.ndim == 2 and len(offsets) \
+                and _inside(coll.get_offset_transform().transform(offsets), box):
+            return "scatter points"
+    return ""
+
+
+def layout_problems(fig: Figure) -> list[str]:
+    """What a reader could not read in ``fig``, measured on the drawn figure: text cut by the
+    figure's edge, tick labels printed over each other, texts of one panel over each other, a
+    legend over the data. Empty when the figure reads cleanly."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    edge = fig.bbox.padded(1)
+    drawn = {}   # the tick labels drawn (ticks outside the view keep invisible-in-effect labels)
+    for ax in fig.axes:
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            ticks = axis._update_ticks()   # the ticks matplotlib draws (no public equivalent)
+            drawn[(ax, name)] = [lab for t in ticks for lab in (t.label1, t.label2)
+                                 if lab.get_visible() and lab.get_text().strip()]
+    every_tick_label = {id(lab) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+                        for t in axis.get_major_ticks() + axis.get_minor_ticks()
+                        for lab in (t.label1, t.label2)}
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and id(t) not in every_tick_label] + [lab for labs in drawn.values() for lab in labs]
+    problems = []
+    for t in shown:
+        b = t.get_window_extent(renderer)
+        if b.x0 < edge.x0 or b.x1 > edge.x1 or b.y0 < edge.y0 or b.y1 > edge.y1:
+            problems.append(f"text cut by the figure's edge: {t.get_text()[:50]!r}")
+    for n, ax in enumerate(fig.axes):
+        name = ax.get_title() or ax.get_ylabel() or f"panel {n}"
+        for axis in ("x", "y"):
+            for a, b in _tick_collisions(drawn[(ax, axis)], renderer):
+                problems.append(f"{name[:40]!r}: {axis} tick labels {a.get_text()[:25]!r} and "
+                                f"{b.get_text()[:25]!r} overlap")
+        own = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+        for t in own:
+            if ax.title.get_text().strip() and _overlap(t.get_window_extent(renderer),
+                                                        ax.title.get_window_extent(renderer)):
+                problems.append(f"{name[:40]!r}: the text {t.get_text()[:25]!r} runs into the title")
+        for what, texts in (("texts", ax.texts),):
+            texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
+            boxes = [t.get_window_extent(renderer) for t in texts]
+            for i in range(len(texts)):
+                for j in range(i + 1, len(texts)):
+                    if _overlap(boxes[i], boxes[j]):
+                        problems.append(f"{name[:40]!r}: {what} {texts[i].get_text()[:25]!r} and "
+                                        f"{texts[j].get_text()[:25]!r} overlap")
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            covered = _data_under(ax, legend.get_window_extent(renderer))
+            if covered:
+                problems.append(f"{name[:40]!r}: the legend covers {covered}")
+    return problems
 
 
 def register_figure_png() -> None:

@@ -1,0 +1,47 @@
+"""What a learner should never see in an executed lesson, found in its saved outputs.
+
+- A stray output: a cell whose last expression printed a bare number or the repr of an object
+  (``Verdict(claim=...)``, a whole ``nn.Module``) instead of a sentence, a table or a figure.
+  Outputs a lesson means to show come through ``display`` (Markdown, figures) or ``print``.
+- An unreadable figure: ``course_lib.ui.plots.layout_problems`` measures every figure the
+  lessons draw (text cut by the edge, tick labels or texts over each other, a legend over the
+  data) and the PNG formatter stores what it found in the image's metadata, where this looks.
+
+The notebook tests fail on either (``tests/nbutil.run_smoke``) and ``make report`` lists them.
+"""
+from __future__ import annotations
+
+from course_lib.ui.plots import LAYOUT_KEY
+
+RICH = ("text/html", "text/markdown", "image/png", "image/svg+xml", "text/latex",
+        "application/vnd.jupyter.widget-view+json")
+
+
+def _outputs(nb: dict):
+    """(where, output) for every cell output and every output kept in a widget's state."""
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") == "code":
+            for out in cell.get("outputs", []):
+                yield f"cell {i}", out
+    state = (nb.get("metadata", {}).get("widgets", {})
+             .get("application/vnd.jupyter.widget-state+json", {}).get("state", {}))
+    for mid, model in state.items():
+        if model.get("model_name") == "OutputModel":
+            for out in model.get("state", {}).get("outputs", []):
+                yield f"widget {mid[:8]}", out
+
+
+def output_problems(nb: dict) -> list[str]:
+    """Every stray output and every figure layout problem of an executed notebook."""
+    problems = []
+    for where, out in _outputs(nb):
+        kind = out.get("output_type")
+        data = out.get("data", {})
+        if kind == "execute_result" and not any(k in data for k in RICH):
+            text = "".join(data.get("text/plain", ""))
+            problems.append(f"{where}: stray output {text[:60]!r} (a trailing expression; end the "
+                            f"cell with a statement or display it as a sentence)")
+        meta = out.get("metadata", {})   # IPython files it under the image's mime type
+        for issue in meta.get("image/png", {}).get(LAYOUT_KEY, []) + meta.get(LAYOUT_KEY, []):
+            problems.append(f"{where}: figure: {issue}")
+    return problems
