@@ -80,13 +80,16 @@ def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
     rec = Recorder("01_padding", smoke=True)
     rec.verdict(judge("fixed_size_inputs", 1, evidence="first"))
     v = judge("fixed_size_inputs", 0, evidence="second")
-    assert rec.verdict(v) is v
+    assert rec.verdict(v) is None                          # a statement: nothing to print
     assert [v["evidence"] for v in rec.payload()["verdicts"]] == ["second"]
     assert rec.payload()["verdicts"][0]["outcome"] == "fails"
     with pytest.raises(ValueError, match="unit of 'speed' must be one of"):
         rec.record("speed", 2.0, "times")
     assert rec.record("gain", -1.5, "points") == -1.5      # signed, never clamped
     assert rec.record("sqnr", 31.0, "dB") == 31.0
+    got = rec.record("count_of_things", 3, "count")
+    assert got == 3.0 and f"{got:.1f}" == "3.0" and got * 2 == 6.0
+    assert hasattr(got, "_ipython_display_") and got._ipython_display_() is None   # shows nothing
 
 
 def test_paired_accuracy_change_matches_a_hand_count():

@@ -72,3 +72,27 @@ def test_knobs_live_in_the_parameters_cell_only(path):
     for c in cells[i + 2:]:
         again = _assigned(c.source) & knobs
         assert not again, f"{path.name}: a later cell reassigns {sorted(again)}"
+
+
+def test_prose_cells_hide_their_source():
+    """A code cell whose job is a paragraph (display(Markdown(f"..."))) hides its source in
+    JupyterLab and on the site: python -m course_lib.tools.prose_cells --write marks them."""
+    import json
+
+    from course_lib.tools.prose_cells import unmarked
+    bad = {p.name: unmarked(json.loads(p.read_text())) for p in NOTEBOOKS}
+    assert not any(bad.values()), {k: v for k, v in bad.items() if v}
+
+
+def test_the_prose_check_catches_an_unmarked_paragraph_cell():
+    from course_lib.tools.prose_cells import tidy_notebook, unmarked
+    cell = {"cell_type": "code", "id": "a", "metadata": {}, "outputs": [], "source": [
+        "x = 2\n", "y = x * 3\n", "z = x + y\n", "w = z - 1\n", "display(Markdown(f\"x is {x}, \"\n", "    f\"and y is {y}, \"\n",
+        "    \"which is more.\"))\n"]}
+    nb = {"cells": [cell, {"cell_type": "code", "id": "b", "metadata": {}, "outputs": [],
+                            "source": ["display(Markdown(f\"only {x}\"\n", "  \"prose\"))\n"]}]}
+    assert unmarked(nb) == [1]
+    assert tidy_notebook(nb) == 3 and unmarked(nb) == []        # one split, two marked
+    assert [c["id"] for c in nb["cells"]] == ["0", "1", "2"]
+    assert "".join(nb["cells"][0]["source"]) == "x = 2\ny = x * 3\nz = x + y\nw = z - 1"
+    assert nb["cells"][1]["metadata"]["tags"] == ["hide-input"]

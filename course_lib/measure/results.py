@@ -41,6 +41,14 @@ TIMING_UNITS = frozenset({"s", "ms"})
 NEEDS = ("cuda", "sm80", "multi_gpu", "torchao", "compiler")
 
 
+class Recorded(float):
+    """What ``Recorder.record`` returns: the value, a float, that shows nothing when a cell ends
+    with the call. Recording is not output: a lesson says what it measured in a sentence."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 class Recorder:
     def __init__(self, notebook: str, *, smoke: bool):
         if not notebook:
@@ -51,8 +59,9 @@ class Recorder:
         self.verdicts: list[dict] = []
 
     def record(self, name: str, value: float, unit: str, *,
-               device: torch.device | str | None = None) -> float:
-        """Store one measurement (replacing an earlier one of the same name); returns value.
+               device: torch.device | str | None = None) -> Recorded:
+        """Store one measurement (replacing an earlier one of the same name); returns the value
+        (``Recorded``: a float that prints nothing at the end of a cell).
         ``device``: where it was measured; required for times (``s``, ``ms``)."""
         if not _NAME.match(name):
             raise ValueError(f"name must be snake_case ([a-z][a-z0-9_]*), got {name!r}")
@@ -69,14 +78,13 @@ class Recorder:
             entry["device"] = torch.device(device).type
         self.results = [r for r in self.results if r["name"] != name]
         self.results.append(entry)
-        return value
+        return Recorded(value)
 
-    def verdict(self, verdict):
-        """Store a ``course_lib.measure.claims.Verdict`` (one per claim; a later one replaces it) and
-        return it, so that a lesson can record and display in one line."""
+    def verdict(self, verdict) -> None:
+        """Store a ``course_lib.measure.claims.Verdict`` (one per claim; a later one replaces it).
+        Returns nothing: a lesson shows the verdict with ``display(Markdown(v.markdown()))``."""
         self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
         self.verdicts.append(verdict.as_dict())
-        return verdict
 
     def skip(self, section: str, *, needs: str, reason: str, claim: str | None = None) -> None:
         """Note that ``section`` did not run here because it ``needs`` other hardware; with
