@@ -13,7 +13,7 @@ from course_lib.core.data import load_corpus
 from course_lib.distributed.launch import (DistributedRunError, launch, ring_allreduce_seconds,
                                    scaling_model, torchrun_command)
 from course_lib.distributed.setup import ShardedBatchSampler, resolve_backend
-from course_lib.distributed.ddp import DRY_RUN, WorkerConfig, make_loader, parse_args, run_training
+from course_lib.distributed.ddp import DRY_RUN, WorkerConfig, parse_args, rank_loader, run_training
 
 
 def test_backend_auto_and_bad_names():
@@ -97,7 +97,7 @@ def test_rank_loaders_are_disjoint_and_cover_an_epoch(sampler):
     data = load_corpus(scale=0.02).train          # 80 reviews
     cfg = WorkerConfig(batch_size=4, sampler=sampler)
     ranks = 2
-    seen = [[int(i) for batch in make_loader(data, cfg, rank=r, world_size=ranks)
+    seen = [[int(i) for batch in rank_loader(data, cfg, rank=r, world_size=ranks)
              for i in batch["index"]] for r in range(ranks)]
     assert len(seen[0]) == len(seen[1]) > 0
     assert not set(seen[0]) & set(seen[1])
@@ -131,7 +131,7 @@ def test_one_process_run_matches_a_plain_torch_loop():
                           "batch_size": 8})
     got = run_training(cfg)
     corpus = load_corpus(scale=cfg.data_scale)
-    loader = make_loader(corpus.train, cfg, rank=0, world_size=1)
+    loader = rank_loader(corpus.train, cfg, rank=0, world_size=1)
     loader.sampler.set_epoch(0)
     model = build_model(len(corpus.vocab), preset="student", seed=cfg.seed, d_model=cfg.d_model,
                         n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff)

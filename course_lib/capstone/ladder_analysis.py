@@ -225,9 +225,14 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
         ax.plot([r[x] * k for r in rows], [100 * r["test_accuracy"] for r in rows], "--", lw=1,
                 color="#4C72B0", label="the ladder")
         # Rung numbers, not names: the later rungs sit close together and long labels overlapped.
+        # Rungs at the same point (bucketing and SDPA change neither size nor accuracy) share one
+        # label, "0,1,2", instead of three printed on top of each other.
+        at: dict[tuple, list[int]] = {}
         for n, r in enumerate(rows):
-            ax.annotate(str(n), (r[x] * k, 100 * r["test_accuracy"]), fontsize=7, color="#4C72B0",
-                        xytext=(3, 3 + 7 * (n % 2)), textcoords="offset points")
+            at.setdefault((round(r[x] * k, 6), round(100 * r["test_accuracy"], 6)), []).append(n)
+        for i, ((px, py), ns) in enumerate(at.items()):
+            ax.annotate(",".join(map(str, ns)), (px, py), fontsize=7, color="#4C72B0",
+                        xytext=(3, 3 + 7 * (i % 2)), textcoords="offset points")
         ax.axhline(100 * base["test_accuracy"] - max_drop_points, color="k", ls=":", lw=1,
                    label=f"teacher − {max_drop_points:g} points")
         if selected is not None:

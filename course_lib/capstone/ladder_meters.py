@@ -87,7 +87,7 @@ def run_test_set(zoo: ModelZoo, inputs: Inputs, rung: Rung, loader=None):
                    context=rung_context(rung, dev))
 
 
-def correct(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> torch.Tensor:
+def rung_correct(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> torch.Tensor:
     """Whether the model ``rung`` serves, in its precision, gets each test review right (in
     test-split order). Padding (masked) and the attention kernel change float rounding only
     (lessons 01, 09; checked by the tests), so it is scored with dynamic padding and the fused
@@ -103,7 +103,7 @@ def correct(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> torch.Tensor:
 
 def accuracy(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> float:
     """Test accuracy of the model ``rung`` serves, in its precision (``correct``'s mean)."""
-    return float(correct(zoo, inputs, rung).float().mean())
+    return float(rung_correct(zoo, inputs, rung).float().mean())
 
 
 def latency_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_size: int,

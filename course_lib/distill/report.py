@@ -129,7 +129,7 @@ def call(e: Estimate, *, confidence: float = 0.95) -> str:
 def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, list[float]],
                    baseline: str = "teacher") -> str:
     """Layers, width, parameters, fp32 weight bytes, time per timed batch and speed-up over
-    ``baseline`` (mean of the per-repeat ratios, 95% interval with Student's t)."""
+    ``baseline`` (``verdicts.speedup``, 95% interval with Student's t)."""
     from course_lib.core.model import count_parameters
     from course_lib.measure.memory import state_dict_bytes
 

@@ -84,7 +84,7 @@ DRY_RUN = dict(steps=3, batch_size=4, d_model=32, n_layers=1, n_heads=2, d_ff=64
                max_length=64, data_scale=0.02)
 
 
-def make_loader(dataset, cfg: WorkerConfig, *, rank: int, world_size: int) -> DataLoader:
+def rank_loader(dataset, cfg: WorkerConfig, *, rank: int, world_size: int) -> DataLoader:
     """Each rank's DataLoader: a disjoint share of every epoch, the same seed on every rank."""
     from course_lib.core.batching import BucketBatchSampler
     from course_lib.core.padding import Collate
@@ -138,7 +138,7 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     from course_lib.core.train import task_loss, to_device, training_autocast
 
     corpus = worker_corpus(cfg)
-    loader = make_loader(corpus.train, cfg, rank=rank, world_size=world_size)
+    loader = rank_loader(corpus.train, cfg, rank=rank, world_size=world_size)
     per_epoch = len(loader) // cfg.accum
     if per_epoch < 1:
         raise ValueError(f"data_scale={cfg.data_scale} leaves no full step for batch_size="

@@ -57,7 +57,7 @@ class Verdict:
         c = CLAIMS[self.claim]
         return (f"**Claim** ({c.article}): “{c.original}” — {c.english}  \n"
                 f"**Evidence:** {self.evidence}  \n"
-                f"**Rule:** {c.rule.text()}.  \n**Verdict: {self.outcome}.**")
+                f"**Rule:** {c.rule.text(exact=self.se == 0)}.  \n**Verdict: {self.outcome}.**")
 
 
 _CLAIMS = [
@@ -100,8 +100,8 @@ _CLAIMS = [
           "這樣雖然每個批次的長度是不同的，但是批次內部的長度是相同的，可以加快處理速度。",
           "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",
           "01_padding",
-          Rule("inference speed-up of dynamic padding over padding to 512: the mean over random test "
-               "batches of each batch's ratio of interleaved medians", ">=", 1.1)),
+          Rule("inference speed-up of dynamic padding over padding to 512: the geometric mean over random test "
+               "batches of each batch's interleaved speed-up", ">=", 1.1)),
     Claim("uniform_length_faster", "000",
           "通過等長匹配的策略，減少了填充量，這樣也可以加速計算",
           "Grouping sequences of similar length reduces padding and speeds up computation.",

@@ -116,10 +116,14 @@ class Rule:
             return "holds" if lo >= self.threshold else "fails" if hi < self.threshold else "inconclusive"
         return "holds" if hi <= self.threshold else "fails" if lo > self.threshold else "inconclusive"
 
-    def text(self) -> str:
-        return (f"holds if {self.quantity} {_SYMBOL[self.direction]} {self.threshold:g}, with "
-                f"its {self.confidence:.0%} interval (standard error × Student's t for the "
-                f"evidence's degrees of freedom: seeds, repeats or paired items, minus one)")
+    def text(self, *, exact: bool = False) -> str:
+        """The rule in words; ``exact``: the measurement is a count or an exact check with no
+        noise, so no interval is mentioned."""
+        core = f"holds if {self.quantity} {_SYMBOL[self.direction]} {self.threshold:g}"
+        if exact:
+            return core + " (an exact measurement: no noise to allow for)"
+        return (core + f", with its {self.confidence:.0%} interval (standard error × Student's t "
+                f"for the evidence's degrees of freedom: seeds, repeats or paired items, minus one)")
 
 
 def accuracy_se(accuracy: float, n: int) -> float:

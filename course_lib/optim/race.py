@@ -95,7 +95,8 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
     sees the same initial weights and batch order for a given seed. The schedule is the
     course's warm-up + cosine (``course_lib.core.train``), applied to each optimizer's own ``lr``.
     Accuracy on ``val_loader`` (and ``score_loader``, if given) is measured every
-    ``eval_every`` steps and at the end; the clock stops while it is measured.
+    ``eval_every`` steps and at the end; the clock stops while it is measured. ``progress``
+    shows one bar over the runs (a bar per run would leave dozens behind in the notebook).
     """
     if not specs:
         raise ValueError("specs must name at least one optimizer")
@@ -103,7 +104,10 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
+    from tqdm.auto import tqdm
+
     results = []
+    bar = tqdm(total=len(seeds) * len(specs), desc="training runs", disable=not progress)
     for seed in seeds:
         for name, kw in specs.items():
             kw = dict(kw)
@@ -130,15 +134,17 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
             clock["t0"] = time.perf_counter()
             res.history = train(model, make_loader(seed), device=device, optimizer=opt,
                                 cfg=TrainConfig(epochs=epochs, lr=min(kw["lr"], 0.5), seed=seed),
-                                callback=callback, max_steps=max_steps, progress=progress)
+                                callback=callback, max_steps=max_steps, progress=False)
             n_steps = len(res.history.step_loss)
             if not res.curve_steps or res.curve_steps[-1] != n_steps:
                 measure(model, n_steps)
             res.seconds = time.perf_counter() - clock["t0"]
             res.final_accuracy = res.curve_accuracy[-1]
             results.append(res)
+            bar.update(1)
             if on_run is not None:
                 on_run(res)
+    bar.close()
     return results
 
 

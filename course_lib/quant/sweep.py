@@ -37,7 +37,7 @@ def feed_forward_block(width: int, *, seed: int = 0) -> nn.Module:
 def int8_speedups(widths: Sequence[int], batches: Sequence[int], *, tokens: int = 64,
                   warmup: int = 2, repeats: int = 5, seed: int = 0) -> list[dict]:
     """One row per (width, batch): FP32 and int8 median milliseconds (CPU) and the speed-up
-    (mean of the per-repeat ratios FP32 time / int8 time, above 1 means int8 is faster) with
+    (geometric mean of the per-repeat ratios FP32 time / int8 time, above 1 means int8 is faster) with
     its standard error and degrees of freedom."""
     if not widths or not batches:
         raise ValueError("widths and batches must each hold at least one value")

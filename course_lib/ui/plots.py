@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 
 def _figure_png(fig: Figure) -> bytes | tuple[bytes, dict]:
@@ -34,6 +35,12 @@ def tidy(fig: Figure) -> None:
     renderer = canvas.get_renderer()
 
     for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):   # a log axis labels its minor ticks too: 2, 3, 4 x 10^k
+            minor = [t for t in axis.get_minorticklabels() if t.get_visible() and t.get_text().strip()]
+            drawn = [t for t in axis.get_majorticklabels() if t.get_visible() and t.get_text().strip()]
+            if minor and _tick_collisions(sorted_by_position(drawn + minor, axis), renderer):
+                axis.set_minor_formatter(NullFormatter())
+        canvas.draw()
         labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text().strip()]
         for angle in (30, 90):
             if not _tick_collisions(labels, renderer):
@@ -42,6 +49,11 @@ def tidy(fig: Figure) -> None:
                 t.set(rotation=angle, ha="right" if angle < 90 else "center",
                       rotation_mode="anchor" if angle < 90 else "default")
             canvas.draw()
+        top = ax.get_window_extent(renderer).y1   # a label above the panel would meet its title
+        for t in ax.texts:
+            above = t.get_window_extent(renderer).y1 - top
+            if t.get_visible() and above > 0:
+                _shift_up(t, ax, -(above + 2.0))
         _spread(ax, renderer)
         legend = ax.get_legend()
         if legend is not None and legend.get_visible() and _data_under(
@@ -56,6 +68,12 @@ def tidy(fig: Figure) -> None:
     if fig._suptitle is not None:
         _wrap_to(fig._suptitle, fig, renderer)
     canvas.draw()
+
+
+def sorted_by_position(labels, axis) -> list:
+    """Tick labels in the order of their ticks along ``axis``."""
+    i = 0 if axis.axis_name == "x" else 1
+    return sorted(labels, key=lambda t: t.get_transform().transform(t.get_position())[i])
 
 
 def _tick_collisions(labels, renderer) -> list[tuple]:
