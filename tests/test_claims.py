@@ -88,7 +88,9 @@ def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
     assert rec.record("gain", -1.5, "points") == -1.5      # signed, never clamped
     assert rec.record("sqnr", 31.0, "dB") == 31.0
     got = rec.record("count_of_things", 3, "count")
-    assert got == 3.0 and f"{got:.1f}" == "3.0" and got * 2 == 6.0
+    assert got == 3 and f"{got}" == "3" and got * 2 == 6          # a count stays whole
+    assert f"{rec.record('ratio', 0.5, 'fraction')}" == "0.5"
+    assert rec.payload()["results"][-2]["value"] == 3.0            # stored as a number either way
     assert hasattr(got, "_ipython_display_") and got._ipython_display_() is None   # shows nothing
 
 

@@ -137,8 +137,7 @@ def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, lis
     for name, m in models.items():
         c, secs = m.cfg, seconds[name]
         s = speedup(seconds[baseline], seconds[name])
-        ratio = "1" if name == baseline else \
-            f"{s.value:.2f} ± {t_quantile(0.975, s.dof) * s.se:.2f}"
+        ratio = "1×" if name == baseline else f"{s:.2f×}"
         rows.append(f"| {NAMES.get(name, name)} | {c.n_layers} | {c.d_model} | "
                     f"{count_parameters(m):,} | {state_dict_bytes(m) / 2**20:.2f} MiB | "
                     f"{1e3 * sorted(secs)[len(secs) // 2]:.0f} ms | {ratio} |")

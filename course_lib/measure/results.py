@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 from pathlib import Path
@@ -49,6 +50,14 @@ class Recorded(float):
         pass
 
 
+class RecordedCount(int):
+    """``Recorded`` for a whole number (a count, parameters, bytes): it prints as one (17, not
+    17.0)."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 class Recorder:
     def __init__(self, notebook: str, *, smoke: bool):
         if not notebook:
@@ -59,7 +68,7 @@ class Recorder:
         self.verdicts: list[dict] = []
 
     def record(self, name: str, value: float, unit: str, *,
-               device: torch.device | str | None = None) -> Recorded:
+               device: torch.device | str | None = None) -> Recorded | RecordedCount:
         """Store one measurement (replacing an earlier one of the same name); returns the value
         (``Recorded``: a float that prints nothing at the end of a cell).
         ``device``: where it was measured; required for times (``s``, ``ms``)."""
@@ -67,6 +76,7 @@ class Recorder:
             raise ValueError(f"name must be snake_case ([a-z][a-z0-9_]*), got {name!r}")
         if unit not in UNITS:
             raise ValueError(f"unit of {name!r} must be one of {sorted(UNITS)}, got {unit!r}")
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"value of {name!r} must be finite, got {value}")
@@ -78,7 +88,7 @@ class Recorder:
             entry["device"] = torch.device(device).type
         self.results = [r for r in self.results if r["name"] != name]
         self.results.append(entry)
-        return Recorded(value)
+        return RecordedCount(int(value)) if whole else Recorded(value)
 
     def verdict(self, verdict) -> None:
         """Store a ``course_lib.measure.claims.Verdict`` (one per claim; a later one replaces it).
