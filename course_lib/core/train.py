@@ -1,11 +1,26 @@
-"""A short, readable train / evaluate loop with the hooks later lessons need.
+"""The course's one training step and the one loop around it, with the evaluation that goes
+with them.
 
-Hooks: ``autocast_dtype`` (lesson 04 runs the forward pass under ``torch.amp.autocast``; the
-default ``"auto"`` trains in FP32 on a CPU and in the GPU's 16-bit format on CUDA: bf16 from
-compute capability 8.0, fp16 with a gradient scaler below, the course's rule in
-``course_lib.core.device.amp_dtype``), ``scaler`` (a ``torch.amp.GradScaler`` for fp16), ``loss_fn`` (lesson 06 swaps in a
-distillation loss) and ``callback`` (called after every step: pruning masks, logging).
-Deterministic for a given seed, device and thread count.
+``train_step`` is the only step in the course: ``train`` calls it, and so do the DDP worker
+(``distributed.ddp``), the timed steps of ``make_step_fn`` (lessons 04, 10, 11) and every
+other place that updates weights. In the order nanoGPT's loop and PyTorch's AMP recipe use:
+
+1. zero the gradients;
+2. for each micro-batch (one, or several for gradient accumulation): the forward pass and loss
+   under autocast (``dtype`` None: FP32), the loss divided by the number of micro-batches, its
+   backward pass, scaled by the ``GradScaler`` when there is one (FP16); all but the last
+   micro-batch inside ``no_sync()`` when given (DDP then all-reduces the gradients once, during
+   the last backward);
+3. unscale the gradients (so that clipping sees their true size), clip their norm;
+4. the optimizer step, through the scaler when there is one: it skips the step if a gradient
+   is inf or NaN and lowers its scale.
+
+``train`` runs epochs of it with the hooks later lessons need: ``autocast_dtype`` (the default
+``"auto"`` trains in FP32 on a CPU and in the GPU's 16-bit format on CUDA: bf16 from compute
+capability 8.0, fp16 with a gradient scaler below, the rule of ``core.device.amp_dtype``),
+``scaler``, ``loss_fn`` (lesson 06 swaps in a distillation loss), ``callback`` (after every
+step: pruning masks, logging) and ``inject_inf_at``. Deterministic for a given seed, device
+and thread count.
 """
 from __future__ import annotations
 
@@ -210,7 +225,7 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     device = torch.device(device)
     autocast_dtype = training_autocast(device, autocast_dtype)
     if autocast_dtype == torch.float16 and device.type == "cuda" and scaler is None:
-        scaler = torch.amp.GradScaler("cuda")   # fp16 gradients underflow without one
+        scaler = make_scaler(device)   # fp16 gradients underflow without one
     model.to(device)
     loss_fn = loss_fn or task_loss(cfg.task)
     opt = optimizer or adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
