@@ -62,3 +62,20 @@ def test_memory_by_width_matches_a_direct_count_and_finds_the_crossover():
     assert ratios == sorted(ratios) and ratios[0] < 1 < ratios[-1]   # parameters grow as width²
     with pytest.raises(ValueError, match="widths"):
         memory_by_width(50, [100], batch=1, length=8)
+
+
+def test_memory_by_length_equals_a_direct_count_and_its_exponents_a_hand_computation():
+    from course_lib.measure.memory import local_exponents, memory_by_length
+
+    tiny = build_model(40, preset="teacher", d_model=32, n_heads=2, d_ff=64, n_layers=1,
+                       attention="naive", max_len=64, seed=0)
+    got = memory_by_length(tiny, [16, 96], batch=5)     # 96 > max_len: the shape is rebuilt
+    for n in (16, 96):
+        wide = build_model(40, preset="teacher", d_model=32, n_heads=2, d_ff=64, n_layers=1,
+                           attention="naive", max_len=96, seed=0)
+        ids = torch.randint(2, 40, (5, n))
+        assert got[n] == saved_activation_bytes(wide, ids, torch.ones_like(ids, dtype=torch.bool))
+    k = local_exponents({10: 100, 20: 400, 40: 800})
+    assert k == {20: pytest.approx(2.0), 40: pytest.approx(1.0)}
+    with pytest.raises(ValueError, match="batch and lengths"):
+        memory_by_length(tiny, [], batch=1)

@@ -78,8 +78,8 @@ def test_noise_helpers_match_hand_computations():
 
 def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
     rec = Recorder("01_padding", smoke=True)
-    rec.verdict(judge("fixed_size_inputs", 1, evidence="first"))
-    v = judge("fixed_size_inputs", 0, evidence="second")
+    rec.verdict(judge("dynamic_padding_faster", 2.0, evidence="first"))
+    v = judge("dynamic_padding_faster", 1.0, evidence="second")
     assert rec.verdict(v) is None                          # a statement: nothing to print
     assert [v["evidence"] for v in rec.payload()["verdicts"]] == ["second"]
     assert rec.payload()["verdicts"][0]["outcome"] == "fails"
@@ -135,3 +135,71 @@ def test_difference_call_reaches_gain_loss_and_noise():
     assert difference_call(Estimate(-3.0, 1.0, 1e9)) == "a loss"
     assert difference_call(Estimate(3.0, 1.0, 2.0)) == "within the noise"    # t(0.975, 2) = 4.30
     assert difference_call(Estimate(3.0, float("inf"), 1.0)) == "within the noise"
+
+
+def _sweepable():
+    return sorted(cid for cid, c in CLAIMS.items() if c.condition is not None)
+
+
+def test_a_sweep_says_where_the_claim_holds_and_marks_the_learners_point():
+    from course_lib.measure.claims import Condition, judge_over
+    cid = "params_drive_memory"
+    assert CLAIMS[cid].condition == Condition("width", "", CLAIMS[cid].condition.why)
+    # exact counts (plain numbers) over width, in two series: ratio >= 1 holds
+    v = judge_over(cid, {"32 × 512 tokens": {64: 0.01, 128: 0.02, 1024: 0.9, 4096: 3.0},
+                         "8 × 64 tokens": {64: 0.5, 128: 1.5, 1024: 40.0, 4096: 600.0}},
+                   learner=("32 × 512 tokens", 128), evidence="constructed")
+    assert v.outcome == "depends" and v.value == 0.02 and v.learner.outcome == "fails"
+    assert v.regions() == [("32 × 512 tokens", "fails", 64.0, 1024.0),
+                           ("32 × 512 tokens", "holds", 4096.0, 4096.0),
+                           ("8 × 64 tokens", "fails", 64.0, 64.0),
+                           ("8 × 64 tokens", "holds", 128.0, 4096.0)]
+    text = v.sentence()
+    assert "32 × 512 tokens: fails at width 64–1,024, holds at width 4,096" in text
+    assert "8 × 64 tokens: fails at width 64, holds at width 128–4,096" in text
+    assert text.endswith("(your point, width 128, 32 × 512 tokens: 0.02, fails)")
+    d = v.as_dict()
+    assert d["sentence"] == text and len(d["points"]) == 8 and d["learner"]["at"] == 128
+    assert "Verdict over width" in v.markdown() and "What decides it" in v.markdown()
+    # the same sweep can come out the same everywhere: then that is the outcome
+    assert judge_over(cid, {64: 2.0, 128: 3.0}, learner=64, evidence="c").outcome == "holds"
+    assert judge_over(cid, {64: 0.2, 128: 0.3}, learner=64, evidence="c").outcome == "fails"
+    noisy = judge_over(cid, {64: Estimate(1.1, 0.5, 2.0), 128: None}, learner=128, evidence="c")
+    assert noisy.outcome == "inconclusive" and "not measured" in noisy.sentence()
+
+
+def test_a_sweep_refuses_what_it_cannot_judge():
+    from course_lib.measure.claims import judge_over
+    with pytest.raises(ValueError, match="learner must be a point of the sweep"):
+        judge_over("params_drive_memory", {64: 1.0, 128: 2.0}, learner=256, evidence="c")
+    with pytest.raises(ValueError, match="at least two points"):
+        judge_over("params_drive_memory", {64: 1.0}, learner=64, evidence="c")
+    one_point = next(cid for cid, c in CLAIMS.items() if c.condition is None)
+    with pytest.raises(ValueError, match="no condition"):
+        judge_over(one_point, {1: 1.0, 2: 2.0}, learner=1, evidence="c")
+
+
+@pytest.mark.parametrize("cid", _sweepable())
+def test_every_sweepable_rule_can_come_out_either_way_over_its_sweep(cid):
+    """A swept claim's rule reaches holds and fails from numbers a sweep can produce: the
+    sweep, not the set-up, decides (values built from the threshold, as above)."""
+    from course_lib.measure.claims import judge_over
+    ev = _evidence_for(CLAIMS[cid].rule)
+    v = judge_over(cid, {1: ev["fails"][0], 2: ev["holds"][0]}, learner=1, evidence="c")
+    assert [p.outcome for p in v.points] == ["fails", "holds"] and v.outcome == "depends"
+
+
+def test_demonstrations_are_apart_from_claims_and_show_their_check():
+    from course_lib.measure.claims import DEMONSTRATIONS, show
+    assert not set(DEMONSTRATIONS) & set(CLAIMS)
+    for d in DEMONSTRATIONS.values():
+        assert d.check and (ROOT / "notebooks" / f"{d.lesson}.ipynb").exists()
+    ok = show("float_layouts", ok=True, numbers="3 of 3")
+    assert "Shown exactly" in ok.markdown() and "3 of 3" in ok.markdown()
+    assert "bug" in show("float_layouts", ok=False, numbers="2 of 3").markdown()
+    with pytest.raises(ValueError, match="demo_id must be one of"):
+        show("no_such_fact", ok=True, numbers="")
+    rec = Recorder("03_floating_point", smoke=True)
+    rec.demonstration(show("float_layouts", ok=False, numbers="first"))
+    rec.demonstration(ok)
+    assert rec.payload()["demonstrations"] == [ok.as_dict()] and rec.payload()["verdicts"] == []

@@ -149,20 +149,30 @@ def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkey
 
 
 def test_report_opens_with_the_claims_table():
-    from course_lib.measure.claims import CLAIMS, judge
+    from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS, judge, judge_over, show
 
-    v = judge("fixed_size_inputs", 0, evidence="ran on 3 lengths, refused none (cpu)")
+    v = judge("dynamic_padding_faster", 1.0, evidence="ran 3 batches (cpu)")
+    swept = judge_over("params_drive_memory", {64: 0.5, 4096: 3.0}, learner=64,
+                       evidence="exact counts")
     results = {"01_padding": {"notebook": "01_padding", "smoke": False,
                               "hardware": {"device": "cpu", "device_name": "FakeCPU"},
-                              "results": [], "verdicts": [v.as_dict()]}}
+                              "results": [], "verdicts": [v.as_dict(), swept.as_dict()],
+                              "demonstrations": [show("padding_must_not_affect", ok=True,
+                                                      numbers="at most 3e-07").as_dict()]}}
     page = summary_html(results, {})
-    assert page.index("Claims checked") < page.index("Hardware (this machine)")
-    claims = page[page.index("Claims checked"):page.index("Hardware (this machine)")]
+    assert page.index("Claims checked") < page.index("Demonstrations") < page.index("Hardware (this machine)")
+    claims = page[page.index("Claims checked"):page.index("<h2>Demonstrations")]
     assert claims.count("<tr>") == len(CLAIMS) + 1              # every claim, and the header
-    row = claims[claims.index(CLAIMS["fixed_size_inputs"].original):]
+    row = claims[claims.index(CLAIMS["dynamic_padding_faster"].original):]
     row = row[:row.index("</tr>")]
-    assert "ran on 3 lengths" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
-    assert claims.count("<b>not run</b>") == len(CLAIMS) - 1
+    assert "ran 3 batches" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
+    row = claims[claims.index(CLAIMS["params_drive_memory"].original):]
+    row = row[:row.index("</tr>")]
+    assert "<b>depends</b>" in row and "fails at width 64, holds at width 4,096" in row
+    assert claims.count("<b>not run</b>") == len(CLAIMS) - 2
+    demos = page[page.index("<h2>Demonstrations"):page.index("Hardware (this machine)")]
+    assert demos.count("<tr>") == len(DEMONSTRATIONS) + 1 and "at most 3e-07" in demos
+    assert "<b>shown</b>" in demos and demos.count("<b>not run</b>") == len(DEMONSTRATIONS) - 1
 
 
 def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
@@ -175,7 +185,7 @@ def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
     with pytest.raises(ValueError, match="claim"):
         rec.skip("x", needs="cuda", claim="no_such_claim", reason="")
     page = summary_html({"04_mixed_precision": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
-    claims = page[page.index("Claims checked"):page.index("Hardware (this machine)")]
+    claims = page[page.index("Claims checked"):page.index("<h2>Demonstrations")]
     row = claims[claims.index(CLAIMS["fp16_faster_training"].original):]
     row = row[:row.index("</tr>")]
     assert "<b>not judged here: needs cuda</b>" in row and "0.07x FP32" in row

@@ -3,7 +3,7 @@ notebook as the site shows it, the reference-run table and the claims page."""
 import json
 
 from course_lib.tools import site
-from course_lib.measure.claims import CLAIMS
+from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS, judge_over
 from course_lib.tools.colab import BADGE_TAG, SETUP_TAG
 from course_lib.tools.site import ROOT, WIDGET_VIEW
 
@@ -47,8 +47,13 @@ def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
         {"claim": next(iter(CLAIMS)), "outcome": "holds", "value": 1.0, "se": 0.1, "dof": 2, "evidence": "e"}]}}
     runs = {"R1": {"hardware": {}, "lessons": results}}
     page = site.claims_page(results, runs)
-    assert page.count("<tr><td>") == len(CLAIMS)
+    assert page.count("<tr><td>") == len(CLAIMS) + len(DEMONSTRATIONS)   # demonstrations apart
+    assert page.index("<h2>Demonstrations") > page.index(CLAIMS[next(reversed(CLAIMS))].original)
     assert f"| `{next(iter(CLAIMS))}` | holds |" in page
+    swept = judge_over("params_drive_memory", {64: 0.5, 4096: 3.0}, learner=64, evidence="e")
+    runs = {"R1": {"hardware": {}, "lessons": {"00_x": {"verdicts": [swept.as_dict()]}}}}
+    assert "| `params_drive_memory` | fails at width 64, holds at width 4,096 (your point" in \
+        site.claims_page(results, runs)
 
 
 def test_home_page_says_when_it_was_built_from_a_smoke_run():

@@ -9,9 +9,12 @@ records the verdict (``Recorder.verdict``); ``make report`` opens with the table
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from course_lib.measure.verdicts import Rule
+from typing import NamedTuple
+
+from course_lib.measure.verdicts import OUTCOMES, Estimate, Rule
 
 # The most test accuracy (points) a technique may cost and still count as "keeping" accuracy.
 # One table: the lessons' claims and lesson 11's ladder rungs use the same bounds.
@@ -30,6 +33,23 @@ ARTICLES = {"000": "Transformer OOM and acceleration strategies (padding, batchi
 
 
 @dataclass(frozen=True)
+class Condition:
+    """What decides a claim: the quantity a lesson sweeps to find where the claim holds."""
+
+    name: str             # as it reads before a value: "width", "length"
+    unit: str = ""        # after the value: "tokens"; "" for none
+    why: str = ""         # one line: why this, and not the budget, decides the claim
+
+    def at(self, x: float) -> str:
+        return f"{self.name} {x:,g}" + (f" {self.unit}" if self.unit else "")
+
+    def span(self, lo: float, hi: float) -> str:
+        if lo == hi:
+            return self.at(lo)
+        return f"{self.name} {lo:,g}–{hi:,g}" + (f" {self.unit}" if self.unit else "")
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     article: str          # "000" or "004"
@@ -37,27 +57,121 @@ class Claim:
     english: str          # what it says, in English
     lesson: str           # the notebook stem that checks it
     rule: Rule
+    condition: Condition | None = None   # what decides it (swept by ``judge_over``); None: a
+                                         # claim the lesson still judges at one point
+    value_format: str = ".3g"            # how its values print (``Estimate`` format spec)
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A fact the course shows exactly (a bit layout, an equivalence): not a verdict, because
+    short of a bug it cannot come out otherwise. It is shown with its check and its numbers."""
+
+    id: str
+    article: str
+    original: str
+    english: str
+    lesson: str
+    check: str            # the exact check, in words
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A demonstration as a lesson ran it: whether its exact check came out, and the numbers."""
+
+    demonstration: str
+    ok: bool
+    numbers: str
+
+    def as_dict(self) -> dict:
+        return {"demonstration": self.demonstration, "ok": self.ok, "numbers": self.numbers}
+
+    def markdown(self) -> str:
+        d = DEMONSTRATIONS[self.demonstration]
+        result = ("**Shown exactly.**" if self.ok else
+                  "**The check did not come out: that is a bug in the course, please report it.**")
+        return (f"**Demonstration** ({d.article}): “{d.original}” — {d.english}  \n"
+                f"**Check:** {d.check}  \n**Numbers:** {self.numbers}  \n{result}")
+
+
+class Point(NamedTuple):
+    """One point of a sweep: the condition's value, the measurement there, its outcome."""
+
+    at: float
+    value: float | None
+    se: float
+    dof: float
+    outcome: str
+    series: str = ""      # a second, fixed condition the sweep was run at ("at 512 tokens")
 
 
 @dataclass(frozen=True)
 class Verdict:
     claim: str
-    outcome: str          # "holds", "fails" or "inconclusive"
-    value: float | None
+    outcome: str          # "holds", "fails", "inconclusive", or over a sweep "depends"
+    value: float | None   # at the learner's point (the whole verdict's for a one-point claim)
     se: float
     evidence: str         # the measurement in words, with the hardware it ran on
     dof: float = math.inf  # degrees of freedom behind se (inf: a large-sample normal interval)
+    points: tuple[Point, ...] = ()   # the sweep over the claim's condition (``judge_over``)
+    learner: Point | None = None     # the learner's default point among them
+    source: str = "live"  # what it rests on: "live" (this run) or a committed evidence file
 
     def as_dict(self) -> dict:
-        return {"claim": self.claim, "outcome": self.outcome, "value": self.value,
-                "se": self.se, "dof": None if math.isinf(self.dof) else self.dof,
-                "evidence": self.evidence}
+        d = {"claim": self.claim, "outcome": self.outcome, "value": self.value,
+             "se": self.se, "dof": None if math.isinf(self.dof) else self.dof,
+             "evidence": self.evidence, "source": self.source}
+        if self.points:
+            d["points"] = [_point_dict(p) for p in self.points]
+            d["learner"] = _point_dict(self.learner)
+            d["sentence"] = self.sentence()
+        return d
+
+    def regions(self) -> list[tuple[str, str, float, float]]:
+        """(series, outcome, first, last) for each run of consecutive sweep points with one
+        outcome, in the order of the condition."""
+        out: list[tuple[str, str, float, float]] = []
+        for series in dict.fromkeys(p.series for p in self.points):
+            for p in sorted((p for p in self.points if p.series == series), key=lambda p: p.at):
+                if out and out[-1][0] == series and out[-1][1] == p.outcome:
+                    out[-1] = (series, p.outcome, out[-1][2], p.at)
+                else:
+                    out.append((series, p.outcome, p.at, p.at))
+        return out
+
+    def sentence(self) -> str:
+        """Where the claim holds, fails or stays inconclusive over the sweep, with the learner's
+        point marked: "holds at width 256–1,024; fails at width 64–128 (your point, width 128:
+        1.05 ± 0.03)". A one-point verdict is its outcome."""
+        if not self.points:
+            return self.outcome
+        c = CLAIMS[self.claim]
+        cond, parts, by_series = c.condition, [], {}
+        for series, outcome, lo, hi in self.regions():
+            by_series.setdefault(series, []).append(f"{outcome} at {cond.span(lo, hi)}")
+        for series, regions in by_series.items():
+            parts.append((f"{series}: " if series else "") + ", ".join(regions))
+        p = self.learner
+        est = Estimate(p.value, p.se, p.dof) if p.value is not None else None
+        shown = format(est, c.value_format) if est is not None else "not measured"
+        where = cond.at(p.at) + (f", {p.series}" if p.series else "")
+        return "; ".join(parts) + f" (your point, {where}: {shown}, {p.outcome})"
 
     def markdown(self) -> str:
         c = CLAIMS[self.claim]
+        verdict = (f"**Verdict: {self.outcome}.**" if not self.points else
+                   f"**Verdict over {c.condition.name}:** {self.sentence()}.")
+        where = "" if self.source == "live" else f"  \n**Rests on:** `{self.source}`"
+        why = f"  \n**What decides it:** {c.condition.why}" if self.points and c.condition.why else ""
+        exact = self.se == 0 and all(p.se == 0 for p in self.points)
         return (f"**Claim** ({c.article}): “{c.original}” — {c.english}  \n"
-                f"**Evidence:** {self.evidence}  \n"
-                f"**Rule:** {c.rule.text(exact=self.se == 0)}.  \n**Verdict: {self.outcome}.**")
+                f"**Evidence:** {self.evidence}{where}  \n"
+                f"**Rule:** {c.rule.text(exact=exact)}.{why}  \n{verdict}")
+
+
+def _point_dict(p: Point) -> dict:
+    return {"at": p.at, "series": p.series, "value": p.value, "se": p.se,
+            "dof": None if math.isinf(p.dof) else p.dof, "outcome": p.outcome}
 
 
 _CLAIMS = [
@@ -65,27 +179,24 @@ _CLAIMS = [
           "參數數量龐大：Transformer模型通常包含大量的參數……這些參數需要大量的內存來存儲權重和梯度。",
           "The many parameters are why Transformers run out of memory (weights and gradients).",
           "00_welcome",
-          Rule("parameter memory (weights, gradients, AdamW state) ÷ stored activations, "
-               "training the teacher on 32 reviews of 512 tokens", ">=", 1.0)),
+          Rule("parameter memory (FP32 weights, gradients, AdamW state) ÷ the activations "
+               "training stores, for the teacher's shape (4 layers, SDPA) at that width", ">=", 1.0),
+          Condition("width", why="parameter state grows as width², the stored activations as "
+                                 "width × batch × length: which is larger depends on the width "
+                                 "and on the inputs, not on being a Transformer")),
     Claim("activations_grow_with_length", "000",
           "自注意力機制……導致計算復雜度和內存需求隨著輸入長度的增加而顯著增加。"
           "激活和中間狀態存儲……增加了額外的內存負擔。",
           "Memory grows markedly with input length: attention and the stored activations.",
           "00_welcome",
-          Rule("the growth exponent k of the activations the teacher stores with attention as "
-               "written (softmax(QKᵀ/√d)V, the score matrices kept), memory ∝ length^k between the "
-               "lesson's two lengths; 1 = in proportion to length, 2 = quadratic: it holds when "
-               "attention makes the growth closer to quadratic than to linear", ">=", 1.5)),
-    Claim("fixed_size_inputs", "000",
-          "許多機器學習模型（尤其是基于Transformer的模型）需要輸入數據具有固定的尺寸",
-          "Transformers need inputs of one fixed size.",
-          "01_padding",
-          Rule("the number of different sequence lengths the model refused", ">=", 1.0)),
-    Claim("padding_must_not_affect", "000",
-          "填充部分不應影響到模型的學習。因此通常需要使用注意力掩碼",
-          "Padding must not affect the model, which is what the attention mask is for.",
-          "01_padding",
-          Rule("the largest change of a logit caused by padding, with the mask", "<=", 1e-5)),
+          Rule("the local growth exponent k of the stored activations (memory ∝ length^k, from "
+               "the previous length of the sweep to this one; 1 = in proportion, 2 = quadratic): "
+               "it holds where the growth is closer to quadratic than to linear", ">=", 1.5),
+          Condition("length", "tokens", why="every layer stores L × width numbers per review "
+                                            "plus, with attention as written, heads × L² scores: "
+                                            "the L² term wins once L is large against the width; "
+                                            "a fused kernel (SDPA) stores no L² term at all"),
+          value_format=".2f"),
     Claim("fixed_pad_snippet_keeps_tokens", "000",
           "通過這種固定長度填充和相應的處理方法，可以使得基于Transformer的模型能夠有效地處理不同長度的"
           "序列數據。",
@@ -107,12 +218,6 @@ _CLAIMS = [
           "Grouping sequences of similar length reduces padding and speeds up computation.",
           "02_batching",
           Rule("training speed-up of length-grouped batches over dynamic padding", ">=", 1.1)),
-    Claim("float_layouts", "000",
-          "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
-          "FP64/FP32/FP16 have 52/23/10 bits of precision.",
-          "03_floating_point",
-          Rule("the number of formats whose stated bits differ from the stored fraction bits",
-               "<=", 0.0)),
     Claim("fp16_faster_training", "000",
           "所以Fp16可以提高內存節省，并可以大大提高模型訓練的速度。",
           "FP16 greatly speeds up training.",
@@ -224,6 +329,29 @@ _CLAIMS = [
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
+# Facts the course shows exactly: each is a demonstration, listed apart from the verdicts.
+_DEMONSTRATIONS = [
+    Demonstration("fixed_size_inputs", "000",
+                  "許多機器學習模型（尤其是基于Transformer的模型）需要輸入數據具有固定的尺寸",
+                  "Transformers need inputs of one fixed size.",
+                  "01_padding",
+                  "the course model runs on batches of several different lengths (up to its "
+                  "max_len, the one size limit it has); a length it refuses would be listed"),
+    Demonstration("padding_must_not_affect", "000",
+                  "填充部分不應影響到模型的學習。因此通常需要使用注意力掩碼",
+                  "Padding must not affect the model, which is what the attention mask is for.",
+                  "01_padding",
+                  "the largest change of any logit when reviews are padded, with the mask, is at "
+                  "float rounding (≤ 1e-5); without the mask it is not"),
+    Demonstration("float_layouts", "000",
+                  "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
+                  "FP64/FP32/FP16 have 52/23/10 bits of precision.",
+                  "03_floating_point",
+                  "the fraction bits torch stores (torch.finfo) for each format equal the "
+                  "article's numbers"),
+]
+DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
+
 
 def judge(claim_id: str, value: float | None, *, se: float = 0.0, dof: float = math.inf,
           evidence: str) -> Verdict:
@@ -236,5 +364,57 @@ def judge(claim_id: str, value: float | None, *, se: float = 0.0, dof: float = m
                    evidence, float(dof))
 
 
+VERDICT_OUTCOMES = (*OUTCOMES, "depends")   # "depends": holds somewhere on the sweep, not everywhere
+
+
+def judge_over(claim_id: str, sweep: Mapping, *, learner: float | tuple[str, float],
+               evidence: str, source: str = "live") -> Verdict:
+    """The verdict of ``claim_id`` over a sweep of its condition (``Claim.condition``).
+
+    ``sweep`` maps each value of the condition to its measurement (an ``Estimate``, a plain
+    number for an exact count, or None where it could not be measured), or maps series names
+    (a second condition held fixed, such as "at 512 tokens") to such mappings. ``learner`` is
+    the lesson's default point (``(series, value)`` with series), which must be in the sweep.
+    The outcome is the points' common outcome, or "depends" when they differ; ``sentence()``
+    says where each holds."""
+    if claim_id not in CLAIMS:
+        raise ValueError(f"claim_id must be one of {sorted(CLAIMS)}, got {claim_id!r}")
+    claim = CLAIMS[claim_id]
+    if claim.condition is None:
+        raise ValueError(f"claim {claim_id!r} has no condition to sweep: use judge()")
+    series_map = (sweep if sweep and all(isinstance(v, Mapping) for v in sweep.values())
+                  else {"": sweep})
+    points = []
+    for series, values in series_map.items():
+        for at, m in values.items():
+            e = m if isinstance(m, Estimate) else Estimate(m, 0.0) if m is not None else None
+            value, se, dof = (None, 0.0, math.inf) if e is None else (float(e.value), float(e.se), float(e.dof))
+            points.append(Point(float(at), value, se, dof, claim.rule.judge(value, se, dof), series))
+    if len(points) < 2:
+        raise ValueError(f"sweep must hold at least two points of {claim.condition.name}, "
+                         f"got {len(points)}")
+    series, at = learner if isinstance(learner, tuple) else ("", learner)
+    mine = next((p for p in points if p.series == series and p.at == float(at)), None)
+    if mine is None:
+        raise ValueError(f"learner must be a point of the sweep, got {learner!r}; the sweep has "
+                         f"{sorted({(p.series, p.at) for p in points})}")
+    outcomes = {p.outcome for p in points}
+    outcome = outcomes.pop() if len(outcomes) == 1 else "depends"
+    return Verdict(claim_id, outcome, mine.value, mine.se, evidence, mine.dof, tuple(points),
+                   mine, source)
+
+
+def show(demo_id: str, *, ok: bool, numbers: str) -> Shown:
+    """A demonstration as it came out here: ``ok``, its exact check's result; ``numbers``, what
+    was compared, in words."""
+    if demo_id not in DEMONSTRATIONS:
+        raise ValueError(f"demo_id must be one of {sorted(DEMONSTRATIONS)}, got {demo_id!r}")
+    return Shown(demo_id, bool(ok), numbers)
+
+
 def for_lesson(stem: str) -> list[Claim]:
     return [c for c in _CLAIMS if c.lesson == stem]
+
+
+def demonstrations_for(stem: str) -> list[Demonstration]:
+    return [d for d in _DEMONSTRATIONS if d.lesson == stem]

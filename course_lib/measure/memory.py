@@ -17,7 +17,8 @@ from torch import nn
 
 from course_lib.core.model import count_parameters
 
-__all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width"]
+__all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width",
+           "memory_by_length", "local_exponents"]
 
 
 def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *,
@@ -102,6 +103,44 @@ def memory_by_width(vocab_size: int, widths, *, batch: int, length: int, n_layer
         rows.append({"width": w, "parameters": params, "parameter_state_bytes": state,
                      "activation_bytes": int(acts), "ratio": state / acts})
     return rows
+
+
+def memory_by_length(model_or_cfg, lengths, *, batch: int) -> dict[int, int]:
+    """Bytes of the activations a training forward pass of the model's shape stores on
+    ``batch`` reviews of each length (random tokens, no padding), exact.
+
+    Counted at batch 1 and 2 and extrapolated: everything a forward pass saves is either per
+    review or shared by the batch (the ALiBi bias), so bytes = per_review · batch + shared,
+    and a batch of 32 long reviews is counted without allocating it. ``model_or_cfg``: a model
+    or its ``EncoderConfig``; the shape is rebuilt with ``max_len`` covering the lengths."""
+    from dataclasses import replace
+
+    from course_lib.core.model import EncoderClassifier
+
+    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
+    if batch < 1 or not lengths or min(lengths) < 1:
+        raise ValueError(f"batch and lengths must be >= 1, got {batch}, {lengths}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = EncoderClassifier(replace(cfg, max_len=max(cfg.max_len, *lengths), dropout=0.0))
+    out = {}
+    gen = torch.Generator().manual_seed(0)
+    for n in lengths:
+        count = {}
+        for b in (1, 2):
+            ids = torch.randint(2, cfg.vocab_size, (b, n), generator=gen)
+            count[b] = saved_activation_bytes(model, ids, torch.ones_like(ids, dtype=torch.bool))
+        per_review, shared = count[2] - count[1], 2 * count[1] - count[2]
+        out[int(n)] = per_review * batch + shared
+    return out
+
+
+def local_exponents(bytes_by_length: dict[int, int]) -> dict[int, float]:
+    """``k`` in ``memory ∝ length^k`` between each length and the previous one (keyed by the
+    larger): the growth's local slope on a log-log plot."""
+    ls = sorted(bytes_by_length)
+    return {b: growth_exponent(bytes_by_length[a], bytes_by_length[b], length_small=a,
+                               length_large=b) for a, b in zip(ls, ls[1:])}
 
 
 # fp32 values of optimizer state kept per parameter element.

@@ -66,6 +66,7 @@ class Recorder:
         self.results: list[dict] = []
         self.skipped: list[dict] = []
         self.verdicts: list[dict] = []
+        self.demonstrations: list[dict] = []
 
     def record(self, name: str, value: float, unit: str, *,
                device: torch.device | str | None = None) -> Recorded | RecordedCount:
@@ -96,6 +97,13 @@ class Recorder:
         self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
         self.verdicts.append(verdict.as_dict())
 
+    def demonstration(self, shown) -> None:
+        """Store a ``course_lib.measure.claims.Shown``: a fact shown exactly, kept apart from the
+        verdicts (one per demonstration; a later one replaces it)."""
+        self.demonstrations = [d for d in self.demonstrations
+                               if d["demonstration"] != shown.demonstration]
+        self.demonstrations.append(shown.as_dict())
+
     def skip(self, section: str, *, needs: str, reason: str, claim: str | None = None) -> None:
         """Note that ``section`` did not run here because it ``needs`` other hardware; with
         ``claim`` (a ``course_lib.measure.claims`` id), that claim is *not judged here* (a GPU claim is
@@ -122,7 +130,8 @@ class Recorder:
     def payload(self) -> dict:
         return {"notebook": self.notebook, "smoke": self.smoke,
                 "hardware": capabilities().as_dict(), "results": list(self.results),
-                "skipped": list(self.skipped), "verdicts": list(self.verdicts)}
+                "skipped": list(self.skipped), "verdicts": list(self.verdicts),
+                "demonstrations": list(self.demonstrations)}
 
     def save(self, directory: str | os.PathLike | None = None) -> Path | None:
         """Write the JSON file; a no-op (returns None) when no directory is configured."""

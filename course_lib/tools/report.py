@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib.measure.claims import CLAIMS
+from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
 from course_lib.core.device import report as hardware_rows
 from course_lib.capstone.ladder import METRICS
 from course_lib.measure.results import load_results
@@ -143,7 +143,9 @@ def _measured(v: dict, c) -> str:
 
 def claims_html(results: dict[str, dict]) -> str:
     """The "Claims checked" table: every verdict the lessons recorded, in registry order, and
-    every registered claim that no lesson judged in this run."""
+    every registered claim that no lesson judged in this run; then the demonstrations, apart.
+    A claim judged over a sweep shows its condition and where it holds, fails or stays
+    inconclusive, with the learner's point marked."""
     found = {v["claim"]: (stem, v, data.get("hardware", {}))
              for stem, data in results.items() for v in data.get("verdicts", [])}
     unjudged = {s["claim"]: s for data in results.values() for s in data.get("skipped", [])
@@ -156,17 +158,44 @@ def claims_html(results: dict[str, dict]) -> str:
         where = f"{hw.get('device', '?')} ({hw.get('device_name', '?')})" if v else "–"
         evidence = v["evidence"] if v else skip["reason"] if skip else "–"
         rule = f"{c.rule.quantity} {'≥' if c.rule.direction == '>=' else '≤'} {c.rule.threshold:g}"
+        condition = c.condition.name if c.condition else "one point"
+        regions = v.get("sentence", verdict) if v else "–"
+        source = v.get("source", "live") if v else "–"
         rows.append(f"<tr><td>{html.escape(c.original)}<br><i>{html.escape(c.english)}</i></td>"
                     f"<td>{c.article}</td><td>{html.escape(stem)}</td>"
-                    f"<td>{html.escape(rule)}</td><td>{_measured(v, c) if v else '–'}</td>"
-                    f"<td>{html.escape(evidence)}</td>"
+                    f"<td>{html.escape(rule)}</td><td>{html.escape(condition)}</td>"
+                    f"<td>{_measured(v, c) if v else '–'}</td>"
+                    f"<td>{html.escape(evidence)}</td><td>{html.escape(source)}</td>"
                     f"<td class='{verdict.replace(' ', '_')}'><b>{verdict}</b></td>"
+                    f"<td>{html.escape(regions)}</td>"
                     f"<td>{html.escape(where)}</td></tr>")
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
             "written beside each claim (<code>course_lib.measure.claims</code>) from numbers measured in "
-            "this run (value ± the half-width of its 95% interval).</p><table><tr>"
+            "this run (value ± the half-width of its 95% interval; over a sweep, the value at your "
+            "point). <i>depends</i>: the claim holds on part of the sweep of its condition and "
+            "not on the rest; the regions column says where.</p><table><tr>"
             "<th>claim (original, English)</th><th>article</th><th>lesson</th><th>rule</th>"
-            "<th>value</th><th>evidence</th><th>verdict</th><th>hardware</th></tr>"
+            "<th>condition</th><th>value</th><th>evidence</th><th>rests on</th><th>verdict</th>"
+            "<th>where it holds, fails or stays inconclusive</th><th>hardware</th></tr>"
+            + "".join(rows) + "</table>" + demonstrations_html(results))
+
+
+def demonstrations_html(results: dict[str, dict]) -> str:
+    """The facts the lessons showed exactly: listed apart, not counted as verdicts."""
+    found = {d["demonstration"]: (stem, d) for stem, data in results.items()
+             for d in data.get("demonstrations", [])}
+    rows = []
+    for did, d in DEMONSTRATIONS.items():
+        stem, shown = found.get(did, (d.lesson, None))
+        result = ("shown" if shown["ok"] else "did not come out (a bug)") if shown else "not run"
+        rows.append(f"<tr><td>{html.escape(d.original)}<br><i>{html.escape(d.english)}</i></td>"
+                    f"<td>{d.article}</td><td>{html.escape(stem)}</td><td>{html.escape(d.check)}</td>"
+                    f"<td>{html.escape(shown['numbers']) if shown else '–'}</td>"
+                    f"<td><b>{result}</b></td></tr>")
+    return ("<h2>Demonstrations</h2><p>Facts the lessons show exactly (a bit layout, an "
+            "equivalence): short of a bug they cannot come out otherwise, so they are not "
+            "verdicts.</p><table><tr><th>statement (original, English)</th><th>article</th>"
+            "<th>lesson</th><th>exact check</th><th>numbers</th><th>result</th></tr>"
             + "".join(rows) + "</table>")
 
 

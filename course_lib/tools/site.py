@@ -187,9 +187,11 @@ def claims_page(results: dict, runs: dict) -> str:
         cells = []
         for run in runs.values():
             v = next((v for d in run["lessons"].values() for v in d.get("verdicts", []) if v["claim"] == cid), None)
-            cells.append(v["outcome"] if v else "–")
+            cells.append(v.get("sentence", v["outcome"]).replace("|", "/") if v else "–")
         per_run.append(f"| `{cid}` | " + " | ".join(cells) + " |")
-    extra = (f"\n## The verdicts in each reference run\n\n{head}\n" + "\n".join(per_run) + "\n") if runs else ""
+    extra = (f"\n## The verdicts in each reference run\n\nFor a claim judged over a sweep, where it "
+             f"held, failed or stayed inconclusive on that machine.\n\n{head}\n"
+             + "\n".join(per_run) + "\n") if runs else ""
     return f"# Claims checked\n\n```{{raw}} html\n{table}\n```\n{extra}"
 
 
