@@ -155,3 +155,23 @@ def test_gradient_magnitudes_are_autograd_gradients_by_hand():
 def test_short_switches_to_scientific_outside_readable_range():
     from course_lib.floats.formats import short
     assert short(65504.0) == "6.55e+04" and short(0.0009765625) == "9.766e-04" and short(1.5) == "1.5"
+
+
+def test_stochastic_rounding_lands_on_a_neighbour_and_is_exact_on_average():
+    from course_lib.floats.in_torch import repeated_updates, stochastic_round_bf16
+    g = torch.Generator().manual_seed(0)
+    for x in (1.0 + 1e-3, -(3.0 + 0.01), 1e-20):
+        t = torch.full((20000,), x)
+        r = stochastic_round_bf16(t, generator=g).float()
+        down = t.to(torch.bfloat16).float()[0]         # a BF16 neighbour of x, then the other
+        gap = (torch.nextafter(down.to(torch.bfloat16), torch.tensor(float("inf"), dtype=torch.bfloat16)).float()
+               - down).abs()
+        assert set(r.unique().tolist()) <= {down.item(), (down + gap).item(), (down - gap).item()}
+        se = gap / (2 * 20000 ** 0.5)                   # a Bernoulli step of size gap: sd <= gap / 2
+        assert abs(r.mean().item() - x) < 4 * se.item() + 1e-30
+    with pytest.raises(ValueError, match="float32"):
+        stochastic_round_bf16(torch.ones(2, dtype=torch.float64), generator=g)
+    # 0.001 is under half BF16's gap at 1.0 (2^-8): round to nearest never moves the weight
+    upd = repeated_updates(1.0, 1e-3, 200, generator=torch.Generator().manual_seed(0))
+    assert upd["bf16"] == 1.0 and upd["fp32"] == pytest.approx(1.2, abs=1e-4)
+    assert upd["exact"] == pytest.approx(1.2) and abs(upd["bf16_stochastic"] - 1.2) < 0.1

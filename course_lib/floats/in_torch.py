@@ -12,7 +12,7 @@ import torch
 from course_lib.floats.formats import FloatFormat, get_format
 
 __all__ = ["check_finfo", "torch_bits", "torch_e4m3_overflow", "simulate_tf32", "round_tensor",
-           "running_sum"]
+           "running_sum", "stochastic_round_bf16", "repeated_updates"]
 
 
 def check_finfo(fmt: str | FloatFormat) -> dict[str, tuple[float, float]]:
@@ -116,3 +116,39 @@ def gradient_magnitudes(model: torch.nn.Module, loader, *, batches: int, loss_fn
         raise ValueError("loader yielded no batch")
     g = torch.cat(grads).abs()
     return g[g > 0]
+
+
+def stochastic_round_bf16(x: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+    """FP32 ``x`` rounded to BF16 *stochastically*: up or down to a neighbouring BF16 value with
+    probabilities that make the result exact on average (E[round(x)] = x).
+
+    BF16 is FP32's top 16 bits. Adding a uniform random integer in [0, 2^16) to the 32-bit
+    pattern and dropping the low 16 bits rounds up exactly when the random number exceeds the
+    distance to the next BF16 value: with the probability the distance implies. Finite inputs
+    only (the sign is carried by the bit pattern, so negatives work the same way)."""
+    if x.dtype != torch.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    bits = x.contiguous().view(torch.int32)
+    noise = torch.randint(0, 1 << 16, x.shape, generator=generator, dtype=torch.int32)
+    rounded = (bits + noise) & ~0xFFFF           # two's complement: ~0xFFFF keeps the top 16 bits
+    return rounded.view(torch.float32).to(torch.bfloat16)
+
+
+def repeated_updates(start: float, update: float, steps: int, *, generator: torch.Generator
+                     ) -> dict[str, float]:
+    """``start`` + ``update``, ``steps`` times, with the weight kept in FP32, in BF16 (round to
+    nearest, what ``w.add_(u)`` does on a BF16 tensor) and in BF16 with stochastic rounding.
+    The demonstration of why mixed precision keeps FP32 master weights: an update smaller
+    than half BF16's gap at ``start`` is rounded away every time."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    w32 = torch.tensor(start, dtype=torch.float32)
+    w16 = torch.tensor(start, dtype=torch.bfloat16)
+    wsr = torch.tensor(start, dtype=torch.bfloat16)
+    u = torch.tensor(update, dtype=torch.float32)
+    for _ in range(steps):
+        w32 += u
+        w16 += u.to(torch.bfloat16)
+        wsr = stochastic_round_bf16(wsr.float() + u, generator=generator)
+    return {"fp32": w32.item(), "bf16": w16.item(), "bf16_stochastic": wsr.item(),
+            "exact": start + steps * update}
