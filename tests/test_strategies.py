@@ -65,3 +65,17 @@ def test_width_log_records_each_padded_width(corpus):
     assert log.widths == [max(len(it["input_ids"]) for it in items[:2]),
                           max(len(it["input_ids"]) for it in items[2:])]
     assert batches_efficiency([3, 5], [[0, 1]]) == pytest.approx(8 / 10)
+
+
+def test_grouped_pairs_come_from_each_sampler_and_bigger_pools_pad_less():
+    from course_lib.packing.strategies import grouped_vs_random, pool_efficiency
+    g = torch.Generator().manual_seed(0)
+    lengths = (torch.rand(3000, generator=g) ** 3 * 500 + 8).long().tolist()
+    pairs = grouped_vs_random(lengths, batch_size=32, pool=640, n=5, seed=0)
+    assert len(pairs) == 5 and all(len(a) <= 32 and len(b) <= 32 for a, b in pairs)
+    width = lambda idx: max(lengths[i] for i in idx) - min(lengths[i] for i in idx)   # noqa: E731
+    assert sum(map(width, (b for _, b in pairs))) < sum(map(width, (a for a, _ in pairs)))
+    effs = [pool_efficiency(lengths, batch_size=32, pool=p) for p in (32, 128, 1024, 3000)]
+    assert effs == sorted(effs) and effs[-1] > 0.9 > effs[0]
+    with pytest.raises(ValueError, match="pool must be >= batch_size"):
+        grouped_vs_random(lengths, batch_size=32, pool=16, n=1)

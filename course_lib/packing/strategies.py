@@ -153,3 +153,29 @@ class WidthLog(Collate):
         out = super().__call__(items)
         self.widths.append(int(out["input_ids"].shape[1]))
         return out
+
+
+def grouped_vs_random(lengths: Sequence[int], *, batch_size: int, pool: int, n: int,
+                      seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """``n`` pairs (a random batch, a batch of the bucketed sampler whose sorted pools hold
+    ``pool`` reviews), each drawn at random from one epoch of its sampler. Both samplers cut an
+    epoch into as many batches of ``batch_size``, so one training step of each stands for a step
+    of its epoch: timing the pairs interleaved estimates the epoch's speed-up."""
+    if pool < batch_size:
+        raise ValueError(f"pool must be >= batch_size={batch_size}, got {pool}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    plain = random_batches(len(lengths), batch_size=batch_size, seed=seed)
+    grouped = list(BucketBatchSampler(lengths, batch_size=batch_size, seed=seed,
+                                      megabatch_size=pool // batch_size))
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randperm(len(plain), generator=g)[:n].tolist()
+    b = torch.randperm(len(grouped), generator=g)[:n].tolist()
+    return [(plain[i], grouped[j]) for i, j in zip(a, b)]
+
+
+def pool_efficiency(lengths: Sequence[int], *, batch_size: int, pool: int, seed: int = 0) -> float:
+    """Token efficiency of one epoch of the bucketed sampler with pools of ``pool`` reviews."""
+    plan = list(BucketBatchSampler(lengths, batch_size=batch_size, seed=seed,
+                                   megabatch_size=max(1, pool // batch_size)))
+    return batches_efficiency(lengths, plan)
