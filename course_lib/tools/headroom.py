@@ -118,6 +118,20 @@ def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float,
     return mae, mae / pr.predict_mean_mae(easy)[1]
 
 
+def student_ceiling_bar() -> dict | None:
+    """What a converged teacher must beat, from the committed ``student_ceiling`` evidence: the
+    half-depth student's best seed plus the spread of its seeds (None if never run)."""
+    from course_lib.tools.evidence import load_evidence, summary
+    try:
+        rows = {r["model"]: r for r in summary(load_evidence("student_ceiling"))}
+    except FileNotFoundError:
+        return None
+    half = rows["half"]
+    best = max(half["test_accuracy"])
+    return {"best": best, "spread": half["spread"], "bar": best + half["spread"],
+            "small_mean": rows["small"]["mean"] if "small" in rows else None}
+
+
 def main(argv: list[str] | None = None) -> None:
     from course_lib.quant import int8 as quant
     from course_lib.core.bow import train_bag_of_words
@@ -135,7 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     teacher_acc = evaluate(teacher, test)["accuracy"]
     bow_model, bow = train_bag_of_words(corpus)
     print(f"1. bag of words (order-free)          {bow['test']:.1%}   (target <= 70%)")
-    print(f"2. teacher ({info['source']})        {teacher_acc:.1%}   (target >= 92%; "
+    ceiling = student_ceiling_bar()
+    bar = (f"target >= the best converged half-depth student's {ceiling['best']:.1%} + its seed spread "
+           f"{100 * ceiling['spread']:.1f} pts = {ceiling['bar']:.1%}" if ceiling else
+           "target: above the converged students (python -m course_lib.tools.evidence student_ceiling)")
+    print(f"2. teacher ({info['source']})        {teacher_acc:.1%}   ({bar}; "
           f"trained in {info.get('train_seconds', float('nan')):.0f} s)")
     runs = student_runs(corpus, teacher, recipes=recipes)
     sm, ss = statistics.mean(runs["scratch"]), statistics.stdev(runs["scratch"])

@@ -1,0 +1,178 @@
+"""Evidence runs: the measurements a live lesson cannot afford, committed with their command.
+
+A lesson on a 2-core CPU can train a model for a minute or two. Some claims need more than that
+to be decided (several seeds, training to convergence), so the course runs them once, by a
+command, and commits what they measured as ``data/evidence/<name>.json``: the command, the
+hardware, the torch version, the seeds, the budget and every curve. A lesson then shows its
+live run as one replicate beside the evidence's band, and says which evidence its verdict
+rests on.
+
+    python -m course_lib.tools.evidence --list
+    python -m course_lib.tools.evidence teacher_convergence   # ~35 min on a 2-core CPU
+    python -m course_lib.tools.evidence student_ceiling       # ~15 min, after the baseline
+
+``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
+several seeds with the validation accuracy after every epoch: the evidence that its budget is
+where validation accuracy stops improving. ``--ship`` also writes the seed-0 model as the
+course's baseline (the same file ``python -m course_lib.tools.checkpoints`` trains).
+
+``student_ceiling`` trains lesson 06's students from random weights on the 4,000 labelled
+reviews alone (no teacher, no extra data) until their validation accuracy stops improving:
+the best a student reaches without distillation, which is where distillation can add anything.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from course_lib.core.batching import make_loader
+from course_lib.core.checkpoints import BaselineRecipe, load_baseline, save, train_baseline
+from course_lib.core.data import Corpus, load_corpus
+from course_lib.core.device import capabilities
+from course_lib.core.train import TrainConfig, evaluate, train
+from course_lib.distill.students import build_student
+
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE_DIR = ROOT / "data" / "evidence"
+EVIDENCE = ("teacher_convergence", "student_ceiling")
+
+__all__ = ["EVIDENCE", "EVIDENCE_DIR", "teacher_convergence", "student_ceiling", "load_evidence",
+           "write_evidence", "summary"]
+
+
+def teacher_convergence(corpus: Corpus, *, seeds: tuple[int, ...] = (0, 1),
+                        recipe: BaselineRecipe = BaselineRecipe(), progress: bool = True,
+                        ship_dir: Path | None = None) -> dict:
+    """The baseline's recipe from each seed (model initialisation and data order), with its
+    validation curve and test accuracy. ``ship_dir``: also save the recipe's own seed there."""
+    runs = []
+    for seed in seeds:
+        r = replace(recipe, model_seed=seed, train=replace(recipe.train, seed=seed))
+        model, info = train_baseline(corpus, recipe=r, progress=progress)
+        runs.append({"seed": seed, "test_accuracy": info["test_accuracy"],
+                     "seconds": info["train_seconds"], "steps": info["steps"],
+                     "val_curve": info["val_curve"]})
+        print(f"teacher seed {seed}: test {info['test_accuracy']:.4f}, "
+              f"{info['train_seconds']:.0f} s", flush=True)
+        if ship_dir is not None and r == recipe:
+            print(f"wrote {save(model, info, directory=ship_dir)}", flush=True)
+    return {"recipe": {"preset": recipe.preset, "batch_size": recipe.batch_size,
+                       "epochs": recipe.train.epochs, "lr": recipe.train.lr,
+                       "weight_decay": recipe.train.weight_decay,
+                       "training_reviews": len(corpus.train) + corpus.config.n_teacher_extra},
+            "runs": runs}
+
+
+def student_ceiling(corpus: Corpus, teacher, *, students: tuple[str, ...] = ("half", "small"),
+                    seeds: tuple[int, ...] = (0, 1), steps: int = 3000, lr: float = 1e-3,
+                    batch_size: int = 32, progress: bool = True) -> dict:
+    """Each student from random weights, trained on the labelled split alone (lesson 06's
+    ``scratch`` arm) for ``steps``, with its validation curve and test accuracy."""
+    runs = []
+    train_loader = None
+    for student in students:
+        for seed in seeds:
+            model = build_student(student, vocab_size=len(corpus.vocab), teacher=teacher,
+                                  seed=seed)
+            train_loader = make_loader(corpus.train, batch_size=batch_size, seed=seed)
+            cfg = TrainConfig(epochs=-(-steps // len(train_loader)), lr=lr, seed=seed)
+            val = make_loader(corpus.val, batch_size=64, shuffle=False)
+            hist = train(model, train_loader, cfg=cfg, val_loader=val, max_steps=steps,
+                         autocast_dtype=None, progress=progress)
+            acc = evaluate(model, make_loader(corpus.test, batch_size=64, shuffle=False))
+            curve = [{"epoch": e["epoch"], "step": min(steps, e["epoch"] * len(train_loader)),
+                      "train_loss": e["loss"], "val_accuracy": e["val_accuracy"]}
+                     for e in hist.epochs]
+            runs.append({"student": student, "seed": seed, "test_accuracy": acc["accuracy"],
+                         "seconds": hist.seconds, "steps": len(hist.step_loss),
+                         "val_curve": curve})
+            print(f"{student} seed {seed}: test {acc['accuracy']:.4f}, {hist.seconds:.0f} s",
+                  flush=True)
+    return {"recipe": {"steps": steps, "lr": lr, "batch_size": batch_size,
+                       "training_reviews": len(corpus.train), "data": "labelled split only"},
+            "runs": runs}
+
+
+def write_evidence(name: str, body: dict, *, command: str,
+                   directory: Path = EVIDENCE_DIR) -> Path:
+    """Store ``body`` as ``<directory>/<name>.json`` with its command, hardware and date."""
+    if name not in EVIDENCE:
+        raise ValueError(f"name must be one of {EVIDENCE}, got {name!r}")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    record = {"name": name, "command": command, "hardware": capabilities("cpu").as_dict(),
+              "date": datetime.date.today().isoformat(), **body}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def load_evidence(name: str, *, directory: Path = EVIDENCE_DIR) -> dict:
+    """The committed evidence ``name`` (``EVIDENCE``); a clear error if it was never run."""
+    if name not in EVIDENCE:
+        raise ValueError(f"name must be one of {EVIDENCE}, got {name!r}")
+    path = directory / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run python -m course_lib.tools.evidence {name}")
+    return json.loads(path.read_text())
+
+
+def summary(evidence: dict) -> list[dict]:
+    """One row per model of an evidence record: its seeds' test accuracies, their mean and
+    range, and the last epoch whose validation accuracy improved on every earlier one."""
+    groups: dict[str, list[dict]] = {}
+    for run in evidence["runs"]:
+        groups.setdefault(run.get("student", "teacher"), []).append(run)
+    rows = []
+    for model, runs in groups.items():
+        accs = [r["test_accuracy"] for r in runs]
+        best_steps = []
+        for r in runs:
+            vals = [p["val_accuracy"] for p in r["val_curve"]]
+            best_steps.append(r["val_curve"][max(range(len(vals)), key=vals.__getitem__)]["step"])
+        rows.append({"model": model, "seeds": [r["seed"] for r in runs], "test_accuracy": accs,
+                     "mean": statistics.fmean(accs), "spread": max(accs) - min(accs),
+                     "best_val_step": best_steps, "steps": runs[0]["steps"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", nargs="?", choices=EVIDENCE)
+    ap.add_argument("--list", action="store_true", help="list the evidence runs and stop")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--ship", action="store_true",
+                    help="teacher_convergence: also write the recipe's seed as the baseline")
+    ap.add_argument("--dir", type=Path, default=EVIDENCE_DIR)
+    args = ap.parse_args(argv)
+    if args.list or args.name is None:
+        for name in EVIDENCE:
+            have = (args.dir / f"{name}.json").exists()
+            print(f"{name}: {'committed' if have else 'not run yet'}")
+        return
+    torch.set_num_threads(min(2, torch.get_num_threads()))   # the thread count the lessons use
+    corpus = load_corpus()
+    command = f"python -m course_lib.tools.evidence {args.name} --seeds {' '.join(map(str, args.seeds))}"
+    if args.name == "teacher_convergence":
+        from course_lib.core.checkpoints import DEFAULT_DIR
+        body = teacher_convergence(corpus, seeds=tuple(args.seeds),
+                                   ship_dir=DEFAULT_DIR if args.ship else None)
+    else:
+        teacher, _ = load_baseline(corpus, train_if_missing=False)
+        body = student_ceiling(corpus, teacher, seeds=tuple(args.seeds))
+    path = write_evidence(args.name, body, command=command, directory=args.dir)
+    for row in summary(json.loads(path.read_text())):
+        accs = ", ".join(f"{100 * a:.2f}%" for a in row["test_accuracy"])
+        print(f"{row['model']}: test {accs} (mean {100 * row['mean']:.2f}%, spread "
+              f"{100 * row['spread']:.2f} points); best validation at steps {row['best_val_step']} "
+              f"of {row['steps']}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
