@@ -155,8 +155,8 @@ def test_a_sweep_says_where_the_claim_holds_and_marks_the_learners_point():
                            ("8 × 64 tokens", "fails", 64.0, 64.0),
                            ("8 × 64 tokens", "holds", 128.0, 4096.0)]
     text = v.sentence()
-    assert "32 × 512 tokens: fails at width 64–1,024, holds at width 4,096" in text
-    assert "8 × 64 tokens: fails at width 64, holds at width 128–4,096" in text
+    assert "32 × 512 tokens: fails from width 64 to 1,024, holds at width 4,096" in text
+    assert "8 × 64 tokens: fails at width 64, holds from width 128 to 4,096" in text
     assert text.endswith("(your point, width 128, 32 × 512 tokens: 0.02, fails)")
     d = v.as_dict()
     assert d["sentence"] == text and len(d["points"]) == 8 and d["learner"]["at"] == 128
@@ -166,6 +166,7 @@ def test_a_sweep_says_where_the_claim_holds_and_marks_the_learners_point():
     assert judge_over(cid, {64: 0.2, 128: 0.3}, learner=64, evidence="c").outcome == "fails"
     noisy = judge_over(cid, {64: Estimate(1.1, 0.5, 2.0), 128: None}, learner=128, evidence="c")
     assert noisy.outcome == "inconclusive" and "not measured" in noisy.sentence()
+    assert noisy.sentence().startswith("is inconclusive at width 64 and 128")
 
 
 def test_a_sweep_refuses_what_it_cannot_judge():

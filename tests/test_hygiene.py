@@ -71,3 +71,14 @@ def test_each_kind_of_layout_problem_is_caught(case, expect):
         ax.text(4, 4, "one label here")
         ax.text(4.2, 4, "another label")
     assert any(expect in p for p in layout_problems(fig)), layout_problems(fig)
+
+
+def test_tidy_labels_a_base_2_log_axis_with_plain_numbers():
+    fig, ax = new_figure()
+    ax.plot([64, 256, 1024], [1, 2, 3])
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")                       # base 10 keeps its own labels
+    tidy(fig)
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "256" in labels and not any("^" in t for t in labels)
+    assert any("10^" in t.get_text() or "10^{" in t.get_text() for t in ax.get_yticklabels())

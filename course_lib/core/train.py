@@ -344,7 +344,10 @@ def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
         err = out - target
         return {"mse": float((err ** 2).mean()), "mae": float(err.abs().mean())}
     labels = torch.tensor([ds[int(i)]["label"] for i in index])
-    return {"accuracy": float((out.argmax(-1) == labels).float().mean())}
+    # a count over a count, in Python floats: 1,987 of 2,000 prints as 99.4% everywhere
+    if len(labels) == 0:
+        raise ValueError("loader yields no examples: nothing to evaluate")
+    return {"accuracy": int((out.argmax(-1) == labels).sum()) / len(labels)}
 
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,

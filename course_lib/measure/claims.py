@@ -43,10 +43,15 @@ class Condition:
     def at(self, x: float) -> str:
         return f"{self.name} {x:,g}" + (f" {self.unit}" if self.unit else "")
 
-    def span(self, lo: float, hi: float) -> str:
-        if lo == hi:
-            return self.at(lo)
-        return f"{self.name} {lo:,g}–{hi:,g}" + (f" {self.unit}" if self.unit else "")
+    def points(self, xs: list[float]) -> str:
+        """Sweep points in words: "at width 64", "at width 64 and 128", "from width 64 to 1,024"
+        (three or more consecutive points of the sweep)."""
+        unit = f" {self.unit}" if self.unit else ""
+        if len(xs) == 1:
+            return f"at {self.at(xs[0])}"
+        if len(xs) == 2:
+            return f"at {self.name} {xs[0]:,g} and {xs[1]:,g}{unit}"
+        return f"from {self.name} {xs[0]:,g} to {xs[-1]:,g}{unit}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Demonstration:
     english: str
     lesson: str
     check: str            # the exact check, in words
+    shows: str            # what the check shows about the statement: true, false, or true when...
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class Shown:
         result = ("**Shown exactly.**" if self.ok else
                   "**The check did not come out: that is a bug in the course, please report it.**")
         return (f"**Demonstration** ({d.article}): “{d.original}” — {d.english}  \n"
-                f"**Check:** {d.check}  \n**Numbers:** {self.numbers}  \n{result}")
+                f"**Check:** {d.check}  \n**Numbers:** {self.numbers}  \n{result} "
+                + (f"**What it shows:** {d.shows}" if self.ok else ""))
 
 
 class Point(NamedTuple):
@@ -141,14 +148,16 @@ class Verdict:
 
     def sentence(self) -> str:
         """Where the claim holds, fails or stays inconclusive over the sweep, with the learner's
-        point marked: "holds at width 256–1,024; fails at width 64–128 (your point, width 128:
-        1.05 ± 0.03)". A one-point verdict is its outcome."""
+        point marked: "fails at width 64 and 128, holds from width 256 to 1,024 (your point,
+        width 128: 1.05 ± 0.03, fails)". A one-point verdict is its outcome."""
         if not self.points:
             return self.outcome
         c = CLAIMS[self.claim]
         cond, parts, by_series = c.condition, [], {}
+        verb = {"holds": "holds", "fails": "fails", "inconclusive": "is inconclusive"}
         for series, outcome, lo, hi in self.regions():
-            by_series.setdefault(series, []).append(f"{outcome} at {cond.span(lo, hi)}")
+            xs = sorted(p.at for p in self.points if p.series == series and lo <= p.at <= hi)
+            by_series.setdefault(series, []).append(f"{verb[outcome]} {cond.points(xs)}")
         for series, regions in by_series.items():
             parts.append((f"{series}: " if series else "") + ", ".join(regions))
         p = self.learner
@@ -180,22 +189,24 @@ _CLAIMS = [
           "The many parameters are why Transformers run out of memory (weights and gradients).",
           "00_welcome",
           Rule("parameter memory (FP32 weights, gradients, AdamW state) ÷ the activations "
-               "training stores, for the teacher's shape (4 layers, SDPA) at that width", ">=", 1.0),
+               "training stores, for the teacher's shape (4 layers, SDPA) at each width", ">=", 1.0),
           Condition("width", why="parameter state grows as width², the stored activations as "
                                  "width × batch × length: which is larger depends on the width "
                                  "and on the inputs, not on being a Transformer")),
     Claim("activations_grow_with_length", "000",
           "自注意力機制……導致計算復雜度和內存需求隨著輸入長度的增加而顯著增加。"
           "激活和中間狀態存儲……增加了額外的內存負擔。",
-          "Memory grows markedly with input length: attention and the stored activations.",
+          "Memory grows markedly with input length, through attention and the stored "
+          "activations: faster than in proportion (nearer L² than L).",
           "00_welcome",
-          Rule("the local growth exponent k of the stored activations (memory ∝ length^k, from "
-               "the previous length of the sweep to this one; 1 = in proportion, 2 = quadratic): "
-               "it holds where the growth is closer to quadratic than to linear", ">=", 1.5),
+          Rule("k, the local growth exponent of the stored activations (memory ∝ length^k from "
+               "the previous length of the sweep to this one; 1: in proportion, 2: quadratic, "
+               "1.5: halfway)", ">=", 1.5),
           Condition("length", "tokens", why="every layer stores L × width numbers per review "
                                             "plus, with attention as written, heads × L² scores: "
-                                            "the L² term wins once L is large against the width; "
-                                            "a fused kernel (SDPA) stores no L² term at all"),
+                                            "the L² term wins once L is large against the width. "
+                                            "A fused kernel (SDPA) keeps no L² scores, only the "
+                                            "ALiBi bias, one heads × L² tensor shared by the batch"),
           value_format=".2f"),
     Claim("fixed_pad_snippet_keeps_tokens", "000",
           "通過這種固定長度填充和相應的處理方法，可以使得基于Transformer的模型能夠有效地處理不同長度的"
@@ -203,10 +214,10 @@ _CLAIMS = [
           "The article's fixed_pad_sequences (with the attention mask it is paired with) lets a "
           "Transformer handle sequences of different lengths.",
           "01_padding",
-          Rule("test accuracy of the model fed the article's fixed_pad_sequences at that "
-               "max_length, with the attention mask (it truncates longer reviews without a "
-               "report), minus at full length (points, paired over the test reviews)", ">=",
-               -2.0),
+          Rule("test accuracy (points, paired over the test reviews) at each max_length minus "
+               "at full length, the reviews fixed-padded as the article's fixed_pad_sequences "
+               "does (it truncates longer ones without a report) and given the attention mask",
+               ">=", -2.0),
           Condition("max_length", "tokens",
                     why="the snippet keeps every token of a review shorter than max_length and "
                         "cuts the rest: what it costs depends on how many reviews are longer, "
@@ -216,10 +227,9 @@ _CLAIMS = [
           "這樣雖然每個批次的長度是不同的，但是批次內部的長度是相同的，可以加快處理速度。",
           "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",
           "01_padding",
-          Rule("inference speed-up of dynamic padding over padding to 512 at that batch size: the "
-               "geometric mean over random test batches of each batch's interleaved speed-up",
-               ">=", 1.1),
-          Condition("batch", "reviews",
+          Rule("inference speed-up of dynamic padding over padding to 512 (×; the geometric mean "
+               "over random test batches of each batch's interleaved speed-up)", ">=", 1.1),
+          Condition("batch size",
                     why="a batch is as wide as its longest review: the more reviews it holds, the "
                         "nearer that is to 512 and the less dynamic padding saves"),
           value_format=".2f×"),
@@ -227,22 +237,21 @@ _CLAIMS = [
           "通過等長匹配的策略，減少了填充量，這樣也可以加速計算",
           "Grouping sequences of similar length reduces padding and speeds up computation.",
           "02_batching",
-          Rule("training speed-up of length-grouped batches (bucketed: sorted within pools of "
-               "that many reviews, batch order shuffled) over dynamic padding of random batches, "
-               "per training step: the geometric mean over random pairs of batches of each pair's "
-               "interleaved speed-up", ">=", 1.1),
-          Condition("pool", "reviews",
+          Rule("training speed-up of length-grouped batches (bucketed: sorted within pools, "
+               "batch order shuffled) over random batches with dynamic padding (×; the ratio of "
+               "the mean step times, steps of both samplers interleaved)", ">=", 1.1),
+          Condition("a pool of", "reviews",
                     why="a batch of similar lengths needs reviews to choose from: sorted within a "
-                        "pool of 128 reviews, a batch of 32 still spans a quarter of the length "
-                        "range; within thousands, almost nothing is padding"),
+                        "pool of 128 reviews, a batch of 32 holds a quarter of the pool, short to "
+                        "long; within thousands, almost nothing is padding"),
           value_format=".2f×"),
     Claim("fp16_faster_training", "000",
           "所以Fp16可以提高內存節省，并可以大大提高模型訓練的速度。",
           "FP16 greatly speeds up training.",
           "04_mixed_precision",
-          Rule("training-step speed-up of FP16 autocast (with a GradScaler) over FP32 on this "
-               "device at that batch size (geometric mean of interleaved paired repeats)", ">=", 1.2),
-          Condition("batch", "sequences",
+          Rule("training-step speed-up of FP16 autocast with a GradScaler over FP32 on this "
+               "device (×; geometric mean of interleaved paired repeats)", ">=", 1.2),
+          Condition("batch size",
                     why="a small step is bound by kernel launches and by the work autocast leaves "
                         "in FP32; only as the batch grows do the matmuls, the part 16 bits speeds "
                         "up, take over the step"),
@@ -251,9 +260,9 @@ _CLAIMS = [
           "所以Fp16可以提高內存節省",
           "FP16 saves memory.",
           "04_mixed_precision",
-          Rule("training memory (FP32 parameter state + stored activations) under FP16 autocast "
-               "÷ in FP32, counted exactly, for the teacher at that batch size", "<=", 0.8),
-          Condition("batch", "reviews",
+          Rule("training memory (FP32 parameter state + stored activations) of the teacher under "
+               "FP16 autocast ÷ in FP32, counted exactly", "<=", 0.8),
+          Condition("batch size",
                     why="autocast keeps the FP32 parameter state and adds a 16-bit copy of each "
                         "weight it casts, whatever the batch; it halves the activations, which "
                         "grow with the batch: small batches save nothing, large ones up to half"),
@@ -365,19 +374,26 @@ _DEMONSTRATIONS = [
                   "Transformers need inputs of one fixed size.",
                   "01_padding",
                   "the course model runs on batches of several different lengths (up to its "
-                  "max_len, the one size limit it has); a length it refuses would be listed"),
+                  "max_len, the one size limit it has); a length it refuses would be listed",
+                  "the statement is false for the model: a Transformer takes any length up to "
+                  "its max_len. Fixed shapes matter to compilers and graph capture (XLA, CUDA "
+                  "graphs, TensorRT), not to the architecture"),
     Demonstration("padding_must_not_affect", "000",
                   "填充部分不應影響到模型的學習。因此通常需要使用注意力掩碼",
                   "Padding must not affect the model, which is what the attention mask is for.",
                   "01_padding",
                   "the largest change of any logit when reviews are padded, with the mask, is at "
-                  "float rounding (≤ 1e-5); without the mask it is not"),
+                  "float rounding (≤ 1e-5); without the mask it is not",
+                  "true, and the mask is what makes it true: with it padding changes no output "
+                  "beyond float rounding; without it the outputs move"),
     Demonstration("float_layouts", "000",
                   "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
                   "FP64/FP32/FP16 have 52/23/10 bits of precision.",
                   "03_floating_point",
                   "the fraction bits torch stores (torch.finfo) for each format equal the "
-                  "article's numbers"),
+                  "article's numbers",
+                  "true of the stored fraction bits; the precision of a normal number is one bit "
+                  "more (53, 24, 11), because the leading 1 is implicit"),
 ]
 DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
 

@@ -117,13 +117,13 @@ class Rule:
         return "holds" if hi <= self.threshold else "fails" if lo > self.threshold else "inconclusive"
 
     def text(self, *, exact: bool = False) -> str:
-        """The rule in words; ``exact``: the measurement is a count or an exact check with no
-        noise, so no interval is mentioned."""
-        core = f"holds if {self.quantity} {_SYMBOL[self.direction]} {self.threshold:g}"
+        """The rule in words: what is measured, then the bar; ``exact``: the measurement is a
+        count or an exact check with no noise, so no interval is mentioned."""
+        bar = f"{_SYMBOL[self.direction]} {self.threshold:g}"
         if exact:
-            return core + " (an exact measurement: no noise to allow for)"
-        return (core + f", with its {self.confidence:.0%} interval (standard error × Student's t "
-                f"for the evidence's degrees of freedom: seeds, repeats or paired items, minus one)")
+            return f"measured: {self.quantity}; holds if {bar} (an exact count: no noise)"
+        return (f"measured: {self.quantity}; holds if {bar} with the whole {self.confidence:.0%} "
+                f"interval (Student's t) on that side, fails if the whole interval is on the other")
 
 
 def accuracy_se(accuracy: float, n: int) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 
 def _figure_png(fig: Figure) -> bytes | tuple[bytes, dict]:
@@ -34,6 +34,11 @@ def tidy(fig: Figure) -> None:
     canvas.draw()
     renderer = canvas.get_renderer()
 
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):   # a base-2 log axis reads 64, 128, not 2^6, 2^7
+            if axis.get_scale() == "log" and getattr(axis._scale, "base", 10) == 2:
+                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+    canvas.draw()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):   # a log axis labels its minor ticks too: 2, 3, 4 x 10^k
             minor = [t for t in axis.get_minorticklabels() if t.get_visible() and t.get_text().strip()]
