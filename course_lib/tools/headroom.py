@@ -7,7 +7,9 @@ teacher. This module measures that headroom, with the lessons' own recipes:
 
     python -m course_lib.tools.headroom          # about four minutes on a 2-core CPU
 
-prints (1) the order-free bag of words (``course_lib.core.bow``), (2) the stored teacher, (3) the
+prints (1) the order-free bag of words (``course_lib.core.bow``), (2) the stored teacher against
+the bar the converged students set (``data/evidence/student_ceiling.json``: the best half-depth
+student from labels alone plus its seed spread), (3) the
 1-layer student from scratch and (4) distilled on lesson 06's reference-run budget (3 seeds), (5) 8-bit vs
 2-bit per-channel weights (lesson 07), (6) lesson 00's one-epoch training run, and the
 regression model's error against predicting the mean (lesson 04). ``accuracy_by_rule`` is the
@@ -150,10 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     bow_model, bow = train_bag_of_words(corpus)
     print(f"1. bag of words (order-free)          {bow['test']:.1%}   (target <= 70%)")
     ceiling = student_ceiling_bar()
-    bar = (f"target >= the best converged half-depth student's {ceiling['best']:.1%} + its seed spread "
-           f"{100 * ceiling['spread']:.1f} pts = {ceiling['bar']:.1%}" if ceiling else
+    bar = (f"target >= the best converged half-depth student's {ceiling['best']:.2%} + its seed spread "
+           f"{100 * ceiling['spread']:.2f} pts = {ceiling['bar']:.2%}" if ceiling else
            "target: above the converged students (python -m course_lib.tools.evidence student_ceiling)")
-    print(f"2. teacher ({info['source']})        {teacher_acc:.1%}   ({bar}; "
+    print(f"2. teacher ({info['source']})        {teacher_acc:.2%}   ({bar}; "
           f"trained in {info.get('train_seconds', float('nan')):.0f} s)")
     runs = student_runs(corpus, teacher, recipes=recipes)
     sm, ss = statistics.mean(runs["scratch"]), statistics.stdev(runs["scratch"])
