@@ -39,6 +39,7 @@ class Condition:
     name: str             # as it reads before a value: "width", "length"
     unit: str = ""        # after the value: "tokens"; "" for none
     why: str = ""         # one line: why this, and not the budget, decides the claim
+    over: str = ""        # the condition as a heading ("Verdict over pool size"); default: name
 
     def at(self, x: float) -> str:
         return f"{self.name} {x:,g}" + (f" {self.unit}" if self.unit else "")
@@ -169,7 +170,7 @@ class Verdict:
     def markdown(self) -> str:
         c = CLAIMS[self.claim]
         verdict = (f"**Verdict: {self.outcome}.**" if not self.points else
-                   f"**Verdict over {c.condition.name}:** {self.sentence()}.")
+                   f"**Verdict over {c.condition.over or c.condition.name}:** {self.sentence()}.")
         where = "" if self.source == "live" else f"  \n**Rests on:** `{self.source}`"
         why = f"  \n**What decides it:** {c.condition.why}" if self.points and c.condition.why else ""
         exact = self.se == 0 and all(p.se == 0 for p in self.points)
@@ -240,7 +241,7 @@ _CLAIMS = [
           Rule("training speed-up of length-grouped batches (bucketed: sorted within pools, "
                "batch order shuffled) over random batches with dynamic padding (×; the ratio of "
                "the mean step times, steps of both samplers interleaved)", ">=", 1.1),
-          Condition("a pool of", "reviews",
+          Condition("a pool of", "reviews", over="pool size",
                     why="a batch of similar lengths needs reviews to choose from: sorted within a "
                         "pool of 128 reviews, a batch of 32 holds a quarter of the pool, short to "
                         "long; within thousands, almost nothing is padding"),
