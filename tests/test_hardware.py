@@ -123,3 +123,12 @@ def test_graph_counter_counts_recompilations_of_a_trivial_function():
     assert cc.count_graphs(f, calls, dynamic=False) == 4      # one per shape
     assert cc.count_graphs(f, calls, dynamic=True) == 1       # one symbolic graph
     assert cc.count_graphs(f, calls[:1] * 3, dynamic=False) == 1
+
+
+def test_attention_flop_share_is_the_closed_form_and_half_at_2d_plus_dff():
+    from course_lib.measure.hardware import attention_flop_share, attention_half_length
+    for d, f in ((128, 256), (64, 256), (256, 1024)):
+        cfg = EncoderConfig(vocab_size=50, d_model=d, n_heads=4, d_ff=f, n_layers=2)
+        for L in (16, 300, 2048):
+            assert attention_flop_share(cfg, length=L) == pytest.approx(L / (L + 2 * d + f))
+        assert attention_flop_share(cfg, length=attention_half_length(cfg)) == pytest.approx(0.5)

@@ -128,6 +128,24 @@ def encoder_layer_ops(cfg: EncoderConfig, *, batch: int, length: int,
     ]
 
 
+ATTENTION_MATMULS = ("scores Q·Kᵀ", "weights·V")
+LINEAR_MATMULS = ("QKV projection", "output projection", "FFN up", "FFN down")
+
+
+def attention_flop_share(cfg: EncoderConfig, *, length: int) -> float:
+    """Share of one layer's matmul FLOPs spent on Q·Kᵀ and weights·V at ``length`` tokens:
+    ``L / (L + 2d + d_ff)`` per token (4·L·d against 2·(4d² + 2·d·d_ff)), whatever the kernel,
+    since a fused attention kernel still multiplies every query with every key."""
+    ops = {op.name: op.flops for op in encoder_layer_ops(cfg, batch=1, length=length)}
+    attention = sum(ops[m] for m in ATTENTION_MATMULS)
+    return attention / (attention + sum(ops[m] for m in LINEAR_MATMULS))
+
+
+def attention_half_length(cfg: EncoderConfig) -> int:
+    """The length at which attention's matmuls are half of a layer's: ``2·d_model + d_ff``."""
+    return 2 * cfg.d_model + cfg.d_ff
+
+
 def forward_flops(cfg: EncoderConfig, *, batch: int, length: int) -> float:
     """FLOPs of one forward pass over ``batch`` sequences of ``length`` tokens (all layers and
     the head; the embedding lookup does no arithmetic)."""
