@@ -145,3 +145,40 @@ def test_autocast_policy_reads_the_two_columns():
             for op, a, b in amp.op_output_dtypes("cpu", torch.bfloat16)}
     assert rows["linear"] == rows["matmul"] == "casts to bfloat16"   # autocast's whole point
     assert rows["add"] == "follows its inputs"
+
+
+def test_speed_by_width_builds_each_width_and_measured_recipe_needs_the_whole_interval():
+    from course_lib.precision import speed as amp_speed
+    from course_lib.measure.verdicts import Estimate
+    batch = toy_loader(1, batch=4)[0]
+    rows = amp_speed.by_width(50, [16, 32], batch, device="cpu", precisions=("fp32", "bf16"),
+                              repeats=2, warmup=0)
+    assert [r["width"] for r in rows] == [16, 32] and all(r["batch"] == 4 for r in rows)
+    assert all(set(r) >= {"fp32", "bf16"} and "fp16" not in r for r in rows)
+    with pytest.raises(ValueError, match="widths must be multiples of 4"):
+        amp_speed.by_width(50, [18], batch, device="cpu")
+    # measured_recipe: the fastest recipe whose whole 95% interval is above 1, else fp32
+    row = {"batch": 8, "fp32": {"speedup": Estimate(1.0, 0.0, 2)},
+           "bf16": {"speedup": Estimate(1.5, 0.05, 4)},          # 1.5 - 2.78 * 0.05 > 1: pays
+           "fp16": {"speedup": Estimate(1.8, 0.5, 2)}}           # 1.8 - 4.30 * 0.5 < 1: not shown
+    assert amp_speed.measured_recipe(row) == "bf16"
+    row["fp16"]["speedup"] = Estimate(1.8, 0.05, 4)
+    assert amp_speed.measured_recipe(row) == "fp16"
+    slow = {"fp32": {"speedup": Estimate(1.0, 0.0, 2)}, "bf16": {"speedup": Estimate(0.06, 0.01, 2)}}
+    assert amp_speed.measured_recipe(slow) == "fp32"
+
+
+def test_profile_groups_self_time_and_amdahl_bounds_the_step():
+    from course_lib.measure.profile import amdahl_bound, time_shares
+    a = torch.randn(256, 256)
+    prof = time_shares(lambda: a @ a, repeats=2)
+    assert sum(prof["shares"].values()) == pytest.approx(1.0)
+    assert prof["shares"]["matmul"] > 0.9 and prof["top"][0][0] == "aten::mm"
+    mixed = time_shares(lambda: (a @ a).exp().sum(), repeats=2)
+    assert mixed["shares"]["matmul"] < prof["shares"]["matmul"]
+    assert amdahl_bound(0.5, 2.0) == pytest.approx(1 / 0.75)
+    assert amdahl_bound(0.0, 10.0) == 1.0 and amdahl_bound(1.0, 3.0) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="share must be in"):
+        amdahl_bound(1.5, 2.0)
+    with pytest.raises(ValueError, match="repeats must be"):
+        time_shares(lambda: None, repeats=0)

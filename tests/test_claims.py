@@ -204,3 +204,25 @@ def test_demonstrations_are_apart_from_claims_and_show_their_check():
     rec.demonstration(show("float_layouts", ok=False, numbers="first"))
     rec.demonstration(ok)
     assert rec.payload()["demonstrations"] == [ok.as_dict()] and rec.payload()["verdicts"] == []
+
+
+def test_a_ratio_is_judged_and_printed_on_the_log_scale():
+    from course_lib.measure.verdicts import Ratio, Rule, speedup, t_quantile
+    # every repeat ran faster, but noisily: the symmetric interval (4.93 ± 8.7) would reach below 0
+    e = speedup([10, 12, 30], [2, 5, 3])
+    assert isinstance(e, Ratio) and e.log
+    lo, hi = e.interval
+    f = math.exp(t_quantile(0.975, 2) * e.se / e.value)
+    assert (lo, hi) == pytest.approx((e.value / f, e.value * f)) and lo > 0
+    assert math.log(e.value) == pytest.approx((math.log(lo) + math.log(hi)) / 2)
+    assert f"{e:.2f×}" == f"{e.value:.2f}× ({lo:.2f}–{hi:.2f})"
+    assert e.errors == pytest.approx((e.value - lo, hi - e.value))
+    x, se, dof = e                       # still unpacks as (value, se, dof)
+    linear, ratio = Rule("q", ">=", 1.1), Rule("q", ">=", 1.1, log=True)
+    tight = Ratio(2.0, 0.3, 4)           # linear 2 ± 0.83: clears 1.1; log: 2 ×/÷ 1.52, clears too
+    assert linear.judge(*tight) == ratio.judge(*tight) == "holds"
+    skew = Ratio(3.0, 1.0, 4)            # linear: 3 ± 2.78 straddles 1.1; log: 3 / 2.53 = 1.19 clears it
+    assert linear.judge(*skew) == "inconclusive" and ratio.judge(*skew) == "holds"
+    assert "log scale" in ratio.text() and "log scale" not in linear.text()
+    with pytest.raises(ValueError, match="threshold > 0"):
+        Rule("q", ">=", 0.0, log=True)

@@ -45,4 +45,34 @@ def test_the_committed_evidence_is_complete():
             pytest.skip(f"{name} not committed yet")
         e = ev.load_evidence(name)
         assert e["command"].startswith("python -m course_lib.tools.evidence " + name)
-        assert e["hardware"] and e["runs"] and all(r["val_curve"] for r in e["runs"])
+        assert e["hardware"] and e["runs"]
+        if name == "fp16_regression":   # every recipe at every offset, on the same seeds
+            seeds = {(r["offset"], r["recipe"]): set() for r in e["runs"]}
+            for r in e["runs"]:
+                seeds[r["offset"], r["recipe"]].add(r["seed"])
+            assert {o for o, _ in seeds} == set(e["recipe"]["offsets"])
+            assert len({frozenset(s) for s in seeds.values()}) == 1 and len(next(iter(seeds.values()))) >= 5
+        elif name == "sorted_batching":   # both arms at every budget, paired by seed
+            pairs = {(r["epochs"], r["seed"]): set() for r in e["runs"]}
+            for r in e["runs"]:
+                pairs[r["epochs"], r["seed"]].add(r["arm"])
+            assert all(a == set(e["recipe"]["arms"]) for a in pairs.values())
+            assert {b for b, _ in pairs} == set(e["recipe"]["budgets"]) and len(pairs) >= 5 * len(e["recipe"]["budgets"])
+        else:
+            assert all(r["val_curve"] for r in e["runs"])
+
+
+def test_fp16_regression_evidence_holds_every_recipe_and_offset():
+    body = ev.fp16_regression(seeds=(0,), offsets=(0, 1024), steps=2, length=16, scale=0.02)
+    assert {(r["offset"], r["recipe"]) for r in body["runs"]} == {
+        (o, k) for o in (0.0, 1024.0) for k in ("fp32", "bf16", "fp16")}
+    assert body["recipe"]["offsets"] == [0, 1024] and body["recipe"]["predict_mean_mae"] > 0
+
+
+def test_sorted_batching_evidence_pairs_the_arms_by_seed_and_budget():
+    from course_lib.core.data import CorpusConfig, load_corpus
+    corpus = load_corpus(CorpusConfig(n_test=64), scale=0.02)
+    body = ev.sorted_batching(corpus, seeds=(0,), budgets=(1,), batch_size=16)
+    assert [(r["epochs"], r["seed"], r["arm"]) for r in body["runs"]] == [
+        (1, 0, "sorted, no shuffle"), (1, 0, "bucketed, shuffled")]
+    assert all(0 <= r["test_accuracy"] <= 1 and r["steps"] > 0 for r in body["runs"])

@@ -82,3 +82,20 @@ def test_tidy_labels_a_base_2_log_axis_with_plain_numbers():
     labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert "256" in labels and not any("^" in t for t in labels)
     assert any("10^" in t.get_text() or "10^{" in t.get_text() for t in ax.get_yticklabels())
+
+
+def test_bar_compare_draws_an_estimates_interval_and_plain_numbers_without_one():
+    from course_lib.measure.verdicts import speedup
+    from course_lib.ui.plots import bar_compare, new_figure
+    est = speedup([10.0, 12.0, 11.0], [5.0, 5.5, 5.2])
+    fig, ax = new_figure(width=4)
+    bar_compare(["a", "b"], [est, 1.0], ax=ax, ylabel="speed-up")
+    lines = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(lines) == 1 and "95% interval" in ax.get_title() and ax.get_ylabel() == "speed-up"
+    segs = lines[0].lines[2][0].get_segments()
+    lo, hi = est.interval
+    assert segs[0][0][1] == pytest.approx(lo) and segs[0][1][1] == pytest.approx(hi)
+    assert [p.get_height() for p in ax.patches] == pytest.approx([est.value, 1.0])
+    fig2, ax2 = new_figure(width=4)
+    bar_compare(["a"], [2.0], ax=ax2, ylabel="s")
+    assert ax2.get_title() == "" and not [c for c in ax2.containers if type(c).__name__ == "ErrorbarContainer"]

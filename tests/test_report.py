@@ -1,3 +1,4 @@
+import math
 import html
 import json
 
@@ -203,7 +204,12 @@ def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
     row = page[page.index(CLAIMS["quantization_raises_throughput"].original):]
     row = row[:row.index("</tr>")]
     assert "≥ 1.2" in row and html.escape(CLAIMS["quantization_raises_throughput"].rule.quantity) in row
-    assert f"1.5 ± {t_quantile(0.975, 4) * 0.1:.4g}" in row          # t with 4 dof, not 2 SE
+    f = math.exp(t_quantile(0.975, 4) * 0.1 / 1.5)                   # t with 4 dof, not 2 SE
+    assert f"1.5 ({1.5 / f:.4g}–{1.5 * f:.4g})" in row                 # a ratio: its interval, on the log scale
+    v = judge("pruning_keeps_accuracy", -0.5, se=0.2, dof=4, evidence="constructed")
+    page = summary_html({"05_pruning": {"notebook": "05_pruning", "smoke": False, "hardware": {},
+                                        "results": [], "verdicts": [v.as_dict()]}}, {})
+    assert f"-0.5 ± {t_quantile(0.975, 4) * 0.2:.4g}" in page          # a difference: value ± half-width
 
 
 def test_values_are_formatted_with_their_units():

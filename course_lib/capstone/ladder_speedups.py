@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from course_lib.measure.verdicts import Estimate, Rule, fmt, speedup  # noqa: F401  (fmt: re-exported)
+from course_lib.measure.verdicts import Estimate, Ratio, Rule, fmt, speedup  # noqa: F401  (fmt: re-exported)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
@@ -30,7 +30,7 @@ def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
     if metric not in PAIRED + UNPAIRED:
         raise ValueError(f"metric must be one of {PAIRED + UNPAIRED}, got {metric!r}")
     if point is base:
-        return Estimate(1.0, 0.0, math.inf)
+        return Ratio(1.0, 0.0, math.inf)
     a, b = base["samples"].get(metric), point["samples"].get(metric)
     if not a or not b:
         raise ValueError(f"no {metric} samples for {base['name']!r} or {point['name']!r}")
@@ -46,14 +46,14 @@ def product(estimates: Sequence[Estimate]) -> Estimate:
     degrees of freedom (conservative)."""
     value = math.prod(e.value for e in estimates)
     rel = math.sqrt(sum((e.se / e.value) ** 2 for e in estimates))
-    return Estimate(value, value * rel, min(e.dof for e in estimates))
+    return Ratio(value, value * rel, min(e.dof for e in estimates))
 
 
 def ratio(measured: Estimate, predicted: Estimate) -> Estimate:
     """``measured / predicted``, relative errors in quadrature."""
     value = measured.value / predicted.value
     rel = math.hypot(measured.se / measured.value, predicted.se / predicted.value)
-    return Estimate(value, value * rel, min(measured.dof, predicted.dof))
+    return Ratio(value, value * rel, min(measured.dof, predicted.dof))
 
 
 # "Speed-ups multiply" when the measured stack is within a factor 4/3 of the product of the
@@ -64,8 +64,8 @@ MULTIPLY_BAND = (0.75, 4 / 3)
 def multiply_call(r: Estimate, *, band: tuple[float, float] = MULTIPLY_BAND) -> str:
     """"roughly true" when the 95% interval of measured / predicted lies inside ``band``,
     "not true" when it lies wholly outside, else "inconclusive"."""
-    low, high = (Rule("measured / predicted", ">=", band[0]).judge(r.value, r.se, r.dof),
-                 Rule("measured / predicted", "<=", band[1]).judge(r.value, r.se, r.dof))
+    low, high = (Rule("measured / predicted", ">=", band[0], log=True).judge(r.value, r.se, r.dof),
+                 Rule("measured / predicted", "<=", band[1], log=True).judge(r.value, r.se, r.dof))
     if low == "holds" and high == "holds":
         return "roughly true"
     if "fails" in (low, high):

@@ -10,7 +10,11 @@ Entirely on the claim's side of the threshold: **holds**; entirely on the other 
 has ``se = 0``. The helpers below return ``Estimate(value, se, dof)``.
 
 One "±" in the whole course: an ``Estimate`` prints as ``value ± half-width of its 95%
-interval`` (``f"{e:.2f}"``, ``f"{e:.2f×}"`` for a ratio), never as value ± standard error.
+interval`` (``f"{e:+.1f}"``), never as value ± standard error. A ratio (a speed-up, an error
+ratio: a ``Ratio``, what ``speedup`` and ``geometric_mean`` return) has its interval on the log
+scale, because ratios multiply: ``value ×/÷ exp(t·se/value)``, printed as a range
+(``f"{e:.2f×}"`` gives ``1.66× (1.50-1.84)``). A symmetric "±" on a ratio would reach below 0
+for a noisy speed-up (4.65× ± 4.49) and call it inconclusive when every repeat ran faster.
 One speed-up statistic: ``speedup``, the geometric mean of paired time ratios.
 """
 from __future__ import annotations
@@ -31,6 +35,33 @@ class Estimate(NamedTuple):
     dof: float = math.inf      # degrees of freedom of the evidence behind ``se``
 
     @property
+    def log(self) -> bool:
+        """Whether the interval is multiplicative (a ``Ratio``)."""
+        return False
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% interval (Student's t for ``dof``): ``value ± t·se``, or for a ratio
+        (``log``) ``value / f`` to ``value · f`` with ``f = exp(t·se / value)``, symmetric on
+        the log scale. The value itself when exact; unbounded when the noise is unknown."""
+        if self.se == 0:
+            return (self.value, self.value)
+        if not math.isfinite(self.se):
+            return (0.0 if self.log else -math.inf, math.inf)
+        h = t_quantile(0.975, self.dof) * self.se
+        if self.log and self.value > 0:
+            f = math.exp(h / self.value)
+            return (self.value / f, self.value * f)
+        return (self.value - h, self.value + h)
+
+    @property
+    def errors(self) -> tuple[float, float]:
+        """(below, above): the distances from the value to the interval's ends, as
+        matplotlib's ``yerr`` takes them (different for a ratio)."""
+        lo, hi = self.interval
+        return (self.value - lo, hi - self.value)
+
+    @property
     def half_width(self) -> float:
         """Half the width of the 95% interval: ``t(0.975, dof) * se`` (0 for an exact count,
         infinite when the noise is unknown)."""
@@ -40,15 +71,31 @@ class Estimate(NamedTuple):
 
     def __format__(self, spec: str) -> str:
         """``f"{e:+.1f}"`` gives ``+2.3 ± 0.4`` (the 95% half-width), ``f"{e:.2f×}"`` gives
-        ``1.87× ± 0.05``; ``(one sample)`` when the noise is unknown, the value alone when exact."""
+        ``1.87× ± 0.05``, or for a ratio (``log``) its interval ``1.87× (1.80-1.95)``;
+        ``(one sample)`` when the noise is unknown, the value alone when exact."""
         ratio = spec.endswith(("×", "x"))
         spec = spec[:-1] if ratio else spec
         value = format(self.value, spec) + ("×" if ratio else "")
-        if self.se == 0:
+        if self.se == 0 or not math.isfinite(self.value):
             return value
         if not math.isfinite(self.se):
             return f"{value} (one sample)"
-        return f"{value} ± {format(self.half_width, spec.replace('+', '').replace(' ', ''))}"
+        plain = spec.replace('+', '').replace(' ', '')
+        if self.log and self.value > 0:
+            lo, hi = self.interval
+            return f"{value} ({format(lo, plain)}–{format(hi, plain)})"
+        return f"{value} ± {format(self.half_width, plain)}"
+
+
+class Ratio(Estimate):
+    """An ``Estimate`` of a ratio (a speed-up, an error ratio): the same three numbers, with
+    its interval on the log scale (``value ×/÷ exp(t·se/value)``) and printed as a range."""
+
+    __slots__ = ()
+
+    @property
+    def log(self) -> bool:
+        return True
 
 
 @functools.lru_cache(maxsize=512)
@@ -85,10 +132,13 @@ class Rule:
     direction: str         # ">=": the claim holds when the quantity is at least the threshold
     threshold: float
     confidence: float = 0.95   # two-sided interval around the measurement
+    log: bool = False          # a ratio: judged with its interval on the log scale (see Estimate)
 
     def __post_init__(self) -> None:
         if self.direction not in _SYMBOL:
             raise ValueError(f"direction must be '>=' or '<=', got {self.direction!r}")
+        if self.log and not self.threshold > 0:
+            raise ValueError(f"a ratio rule (log=True) needs a threshold > 0, got {self.threshold}")
         if not math.isfinite(self.threshold):
             raise ValueError(f"threshold must be finite, got {self.threshold}")
         if not 0 < self.confidence < 1:
@@ -111,7 +161,11 @@ class Rule:
         if value is None or not math.isfinite(value) or not math.isfinite(se):
             return "inconclusive"
         m = self.margin(se, dof)
-        lo, hi = value - m, value + m
+        if self.log and value > 0:
+            f = math.exp(m / value)
+            lo, hi = value / f, value * f
+        else:
+            lo, hi = value - m, value + m
         if self.direction == ">=":
             return "holds" if lo >= self.threshold else "fails" if hi < self.threshold else "inconclusive"
         return "holds" if hi <= self.threshold else "fails" if lo > self.threshold else "inconclusive"
@@ -122,8 +176,10 @@ class Rule:
         bar = f"{_SYMBOL[self.direction]} {self.threshold:g}"
         if exact:
             return f"measured: {self.quantity}; holds if {bar} (an exact count: no noise)"
+        scale = ", on the log scale: ratios multiply" if self.log else ""
         return (f"measured: {self.quantity}; holds if {bar} with the whole {self.confidence:.0%} "
-                f"interval (Student's t) on that side, fails if the whole interval is on the other")
+                f"interval (Student's t{scale}) on that side, fails if the whole interval is on the "
+                f"other")
 
 
 def accuracy_se(accuracy: float, n: int) -> float:
@@ -176,7 +232,7 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Est
         return geometric_mean([a / b for a, b in zip(slow, fast)])
     a, b = mean_and_se(list(slow)), mean_and_se(list(fast))
     value = a.value / b.value
-    return Estimate(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
+    return Ratio(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
 
 
 def geometric_mean(ratios: list[float]) -> Estimate:
@@ -186,7 +242,7 @@ def geometric_mean(ratios: list[float]) -> Estimate:
         raise ValueError("ratios must be a non-empty list of positive numbers")
     logs = mean_and_se([math.log(r) for r in ratios])
     value = math.exp(logs.value)
-    return Estimate(value, value * logs.se if math.isfinite(logs.se) else math.inf, logs.dof)
+    return Ratio(value, value * logs.se if math.isfinite(logs.se) else math.inf, logs.dof)
 
 
 def paired_accuracy_change(correct_before, correct_after) -> Estimate:
@@ -212,6 +268,6 @@ def difference_call(e: Estimate, *, confidence: float = 0.95) -> str:
 
 
 def fmt(e: Estimate, *, digits: int = 1) -> str:
-    """A ratio estimate as the lessons print it: ``12.3× ± 0.4`` (the 95% half-width), or
+    """A ratio estimate as the lessons print it: ``12.3× (11.9–12.7)`` (its 95% interval), or
     ``12.3× (one sample)`` when the noise is unknown; ``digits`` after the point."""
     return format(e, f",.{digits}f×")

@@ -10,6 +10,8 @@ rests on.
     python -m course_lib.tools.evidence --list
     python -m course_lib.tools.evidence teacher_convergence   # ~35 min on a 2-core CPU
     python -m course_lib.tools.evidence student_ceiling       # ~15 min, after the baseline
+    python -m course_lib.tools.evidence fp16_regression --seeds 0 1 2 3 4 5   # ~35 min
+    python -m course_lib.tools.evidence sorted_batching --seeds 0 1 2 3 4 5 6 7   # ~25 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -19,6 +21,15 @@ course's baseline (the same file ``python -m course_lib.tools.checkpoints`` trai
 ``student_ceiling`` trains lesson 06's students from random weights on the 4,000 labelled
 reviews alone (no teacher, no extra data) until their validation accuracy stops improving:
 the best a student reaches without distillation, which is where distillation can add anything.
+
+``fp16_regression`` trains lesson 04's regression check (``precision.regression``) in FP32, BF16
+and FP16 autocast at each target offset of ``REGRESSION_OFFSETS``, several seeds each: the
+seeds resolve a 10% change of the test error, which one live run cannot.
+
+``sorted_batching`` trains lesson 02's student with the article's sorted, never-shuffled
+batches and with shuffled buckets (``packing.order``), paired by seed, for each budget of
+``SORTED_BUDGETS`` epochs, and scores each on the test split: whether the sawtooth costs
+accuracy once the model has learned the task, which a two-epoch live run cannot show.
 """
 from __future__ import annotations
 
@@ -40,10 +51,12 @@ from course_lib.distill.students import build_student
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
-EVIDENCE = ("teacher_convergence", "student_ceiling")
+EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching")
+SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
+REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
-__all__ = ["EVIDENCE", "EVIDENCE_DIR", "teacher_convergence", "student_ceiling", "load_evidence",
-           "write_evidence", "summary"]
+__all__ = ["EVIDENCE", "EVIDENCE_DIR", "REGRESSION_OFFSETS", "teacher_convergence",
+           "student_ceiling", "fp16_regression", "sorted_batching", "load_evidence", "write_evidence", "summary"]
 
 
 def teacher_convergence(corpus: Corpus, *, seeds: tuple[int, ...] = (0, 1),
@@ -96,6 +109,56 @@ def student_ceiling(corpus: Corpus, teacher, *, students: tuple[str, ...] = ("ha
                   flush=True)
     return {"recipe": {"steps": steps, "lr": lr, "batch_size": batch_size,
                        "training_reviews": len(corpus.train), "data": "labelled split only"},
+            "runs": runs}
+
+
+def fp16_regression(*, seeds: tuple[int, ...] = (0, 1, 2, 3, 4, 5),
+                    offsets: tuple[float, ...] = REGRESSION_OFFSETS, steps: int = 300,
+                    length: int = 64, scale: float = 0.25) -> dict:
+    """Lesson 04's regression check (``precision.regression.sweep``, its recipes FP32, BF16 and
+    FP16 autocast) at each offset and seed, on the order-free corpus at the lesson's scale."""
+    from course_lib.core.data import CorpusConfig
+    from course_lib.precision import regression as pr
+    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=scale)
+    recipes = ("fp32", "bf16", "fp16")
+    runs = []
+    for offset in offsets:
+        got = pr.run(easy, recipes=recipes, seeds=seeds, steps=steps, length=length, offset=offset)
+        for recipe, rs in got.items():
+            runs += [{"offset": r.offset, "recipe": r.recipe, "seed": r.seed, "mae": r.mae,
+                      "skipped_steps": r.skipped_steps, "diverged_at": r.diverged_at} for r in rs]
+        print(f"offset {offset:g}: " + ", ".join(
+            f"{k} ÷ fp32 {pr.ratio_to_fp32(got, k):.3f×}" for k in recipes[1:]), flush=True)
+    return {"recipe": {"steps": steps, "length": length, "scale": scale, "offsets": list(offsets),
+                       "recipes": list(recipes), "training_reviews": len(easy.train),
+                       "test_reviews": len(easy.test),
+                       "predict_mean_mae": pr.predict_mean_mae(easy)[1]},
+            "runs": runs}
+
+
+def sorted_batching(corpus: Corpus, *, seeds: tuple[int, ...] = tuple(range(8)),
+                    budgets: tuple[int, ...] = SORTED_BUDGETS, batch_size: int = 32,
+                    lr: float = 2e-3) -> dict:
+    """Lesson 02's two arms (sorted never shuffled, bucketed shuffled) on the whole labelled
+    training split, for each budget (epochs) and seed: test accuracy of each."""
+    from course_lib.packing.order import train_arm
+    arms = ("sorted, no shuffle", "bucketed, shuffled")
+    test = make_loader(corpus.test, batch_size=64, shuffle=False)
+    runs = []
+    for epochs in budgets:
+        for seed in seeds:
+            for arm in arms:
+                model, hist = train_arm(corpus.train, corpus.train.lengths, arm,
+                                        vocab_size=len(corpus.vocab), seed=seed, epochs=epochs,
+                                        batch_size=batch_size, lr=lr)
+                runs.append({"epochs": epochs, "seed": seed, "arm": arm, "steps": len(hist.step_loss),
+                             "test_accuracy": evaluate(model, test)["accuracy"]})
+            pair = runs[-2:]
+            print(f"{epochs} epochs, seed {seed}: sorted {pair[0]['test_accuracy']:.4f}, "
+                  f"bucketed {pair[1]['test_accuracy']:.4f}", flush=True)
+    return {"recipe": {"preset": "student", "batch_size": batch_size, "lr": lr,
+                       "budgets": list(budgets), "arms": list(arms),
+                       "training_reviews": len(corpus.train), "test_reviews": len(corpus.test)},
             "runs": runs}
 
 
@@ -162,6 +225,16 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.core.checkpoints import DEFAULT_DIR
         body = teacher_convergence(corpus, seeds=tuple(args.seeds),
                                    ship_dir=DEFAULT_DIR if args.ship else None)
+    elif args.name == "sorted_batching":
+        path = write_evidence(args.name, sorted_batching(corpus, seeds=tuple(args.seeds)),
+                              command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "fp16_regression":
+        path = write_evidence(args.name, fp16_regression(seeds=tuple(args.seeds)), command=command,
+                              directory=args.dir)
+        print(f"wrote {path}")
+        return
     else:
         teacher, _ = load_baseline(corpus, train_if_missing=False)
         body = student_ceiling(corpus, teacher, seeds=tuple(args.seeds))

@@ -83,7 +83,7 @@ class LessonRecipes:
     first_run_epochs: int = 3         # lesson 00 TRAIN_EPOCHS
     first_run_lr: float = 2e-3        # lesson 00 TRAIN_LR
     reg_steps: int = 300              # lesson 04 REG_STEPS (full)
-    reg_length: int = 128             # lesson 04 REG_LENGTH (full)
+    reg_length: int = 64              # lesson 04 REG_LENGTH (full)
     reg_scale: float = 0.25           # lesson 04 CORPUS_SCALE (full)
 
 

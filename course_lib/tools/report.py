@@ -32,6 +32,7 @@ from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
 from course_lib.core.device import report as hardware_rows
 from course_lib.capstone.ladder import METRICS
 from course_lib.measure.results import load_results
+from course_lib.measure.verdicts import Estimate, Ratio
 from course_lib.tools.saved_runs import load_runs, reference_values, save_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,13 +133,20 @@ def _value(r: dict) -> str:
 
 
 def _measured(v: dict, c) -> str:
-    """``value ± half-width`` of the verdict's 95% interval (Student's t for its dof)."""
+    """``value ± half-width`` of the verdict's 95% interval (Student's t for its dof), or for a
+    ratio claim the interval itself, ``value (low–high)`` (``verdicts.Ratio``)."""
     if v.get("value") is None:
         return "–"
     se, dof = v.get("se") or 0.0, v.get("dof") or math.inf
-    half = c.rule.margin(se, dof) if math.isfinite(se) else math.inf
-    return fmt_value(v["value"]) + ("" if half == 0 else " ± ∞" if math.isinf(half)
-                                    else f" ± {fmt_value(half)}")
+    e = (Ratio if c.rule.log else Estimate)(float(v["value"]), se, dof)
+    if se == 0 or not math.isfinite(e.value):
+        return fmt_value(e.value)
+    if not math.isfinite(se):
+        return fmt_value(e.value) + " ± ∞"
+    if e.log:
+        lo, hi = e.interval
+        return f"{fmt_value(e.value)} ({fmt_value(lo)}–{fmt_value(hi)})"
+    return f"{fmt_value(e.value)} ± {fmt_value(e.half_width)}"
 
 
 def claims_html(results: dict[str, dict]) -> str:

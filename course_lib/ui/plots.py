@@ -6,6 +6,7 @@ backend never auto-displays it; lessons and widgets ``display`` it exactly once.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -295,15 +296,22 @@ def length_histogram(lengths: Sequence[int], *, ax, bins: int = 60, title: str =
     ax.legend(frameon=False)
 
 
-def bar_compare(names: Sequence[str], values: Sequence[float], *, ax, ylabel: str,
+def bar_compare(names: Sequence[str], values: Sequence, *, ax, ylabel: str,
                 title: str = "", fmt: str = "{:.2f}") -> None:
-    """Labelled bars with their values printed on top."""
-    bars = ax.bar(list(names), list(values), color="#4C72B0")
-    for b, v in zip(bars, values):
-        ax.annotate(fmt.format(v), (b.get_x() + b.get_width() / 2, b.get_height()),
+    """Labelled bars with their values printed on top. A value that is a
+    ``verdicts.Estimate`` (a speed-up from ``bench.compare``) gets its 95% interval as an
+    error bar (asymmetric for a ratio) and the value is printed above the bar's top end."""
+    heights = [float(getattr(v, "value", v)) for v in values]
+    errors = [getattr(v, "errors", (0.0, 0.0)) for v in values]
+    has_err = any(e != (0.0, 0.0) and all(math.isfinite(x) for x in e) for e in errors)
+    errors = [e if all(math.isfinite(x) for x in e) else (0.0, 0.0) for e in errors]
+    bars = ax.bar(list(names), heights, color="#4C72B0",
+                  yerr=list(zip(*errors)) if has_err else None, capsize=4 if has_err else 0)
+    for b, h, (_, up) in zip(bars, heights, errors):
+        ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h + up),
                     ha="center", va="bottom", fontsize=9)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(title + ("\n(error bars: 95% interval)" if has_err else ""))
 
 
 def training_curve(losses: Sequence[float], *, ax, label: str = "", smooth: int = 10) -> None:
