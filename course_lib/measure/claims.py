@@ -253,15 +253,15 @@ _CLAIMS = [
     Claim("sorted_batches_keep_accuracy", "000",
           "等長匹配通過基于序列長度將數據集劃分為桶，然后從這些桶中采樣批次來實現的。",
           "Length matching splits the data into buckets by length and samples batches from them "
-          "(its snippet sorts once and never shuffles), a drop-in way to train.",
+          "(while its snippet sorts once and walks the batches in order).",
           "02_batching",
           Rule("test accuracy of the student trained on the article's sorted, never-shuffled "
                "batches minus on shuffled buckets (points; same reviews, initialisation and "
                "schedule, paired by seed)", ">=", -ORDER_TOLERANCE),
           Condition("a budget of", "epochs", over="training budget",
                     why="the sorted order ends every epoch on the longest reviews, the same way each "
-                        "time; whether that costs accuracy shows only once the model has learned the "
-                        "task, and a 2-epoch student is barely above a bag of words"),
+                        "time; what that costs can change as training goes on, so it is judged at "
+                        "budgets up to where test accuracy stops improving"),
           value_format="+.1f"),
     Claim("fp16_faster_training", "000",
           "所以Fp16可以提高內存節省，并可以大大提高模型訓練的速度。",
