@@ -30,9 +30,17 @@ def test_mixed_loss_and_unlabelled_items():
     s, t = torch.randn(4, 2, generator=g), torch.randn(4, 2, generator=g)
     y = torch.tensor([0, 1, -1, -1])
     soft = soft_loss(s, t, temperature=2.0)
-    hard = torch.nn.functional.cross_entropy(s[:2], y[:2])
     got = distillation_loss(s, t, y, temperature=2.0, alpha=0.3)
-    assert got.item() == pytest.approx((0.3 * soft + 0.7 * hard).item(), rel=1e-6)
+    # by hand, review by review: alpha * soft_i + (1 - alpha) * CE_i (labelled only), then the mean
+    per_review = [0.3 * soft_loss(s[i:i + 1], t[i:i + 1], temperature=2.0)
+                  + (0.7 * torch.nn.functional.cross_entropy(s[i:i + 1], y[i:i + 1]) if y[i] >= 0 else 0.0)
+                  for i in range(4)]
+    assert got.item() == pytest.approx(sum(float(v) for v in per_review) / 4, rel=1e-6)
+    # alpha means the same balance whatever share is labelled: all labelled, the usual mix
+    full = torch.tensor([0, 1, 1, 0])
+    hard = torch.nn.functional.cross_entropy(s, full)
+    assert distillation_loss(s, t, full, temperature=2.0, alpha=0.3).item() == pytest.approx(
+        (0.3 * soft + 0.7 * hard).item(), rel=1e-6)
     # a batch of only unlabelled items gives the soft loss, never NaN
     assert distillation_loss(s, t, torch.full((4,), -1)).item() == pytest.approx(soft.item())
 

@@ -7,6 +7,8 @@ the ordinary cross-entropy on hard labels:
 
     loss = alpha * T² * KL(softmax(t / T) || softmax(s / T)) + (1 - alpha) * CE(s, y)
 
+per review, averaged over the batch (``distillation_loss``: alpha is the balance on each
+labelled review, whatever share of the batch carries a label).
 Both distributions are computed in log space (``log_softmax`` on both sides,
 ``kl_div(..., log_target=True, reduction="batchmean")``): a probability of exactly zero can
 never produce ``log(0) = -inf``. Unlabelled reviews (label -1, the *transfer set*) contribute
@@ -51,10 +53,15 @@ def soft_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, *,
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                       labels: torch.Tensor | None = None, *, temperature: float = 2.0,
                       alpha: float = 0.5) -> torch.Tensor:
-    """``alpha`` · soft loss + (1 - ``alpha``) · cross-entropy on the labelled items.
+    """The mean over the batch of each review's loss: ``alpha`` · its soft loss
+    (T² · KL) + (1 - ``alpha``) · its cross-entropy when it has a label.
 
-    Items whose label is -1 (unlabelled) count in the soft part only; with no labels at all
-    the loss is the soft part alone.
+    ``alpha`` is the balance on every labelled review, whatever share of the batch is
+    labelled: both terms are summed per review and divided by the same batch size. (Averaging
+    the cross-entropy over the labelled reviews alone would weight each label by
+    batch / labelled, four times the soft term's weight in a batch where a quarter of the
+    reviews are labelled.) Unlabelled reviews (label -1) contribute ``alpha`` · their soft loss
+    only; with no labels at all, or ``alpha`` = 1, the loss is the soft loss alone.
     """
     _check(temperature, alpha)
     soft = soft_loss(student_logits, teacher_logits, temperature=temperature)
@@ -63,7 +70,8 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     known = labels != UNLABELLED
     if not known.any():
         return soft
-    hard = F.cross_entropy(student_logits[known].float(), labels[known])
+    hard = F.cross_entropy(student_logits[known].float(), labels[known],
+                           reduction="sum") / labels.shape[0]
     return alpha * soft + (1.0 - alpha) * hard
 
 
