@@ -30,3 +30,18 @@ def test_train_arm_trains_on_the_arms_batches_and_checks_its_lengths():
     with pytest.raises(ValueError, match="one entry per review"):
         order.train_arm(corpus.train, corpus.train.lengths[:-1], "sorted, no shuffle",
                         vocab_size=len(corpus.vocab), seed=0, epochs=1)
+
+
+def test_from_evidence_pairs_by_seed_and_counts_the_seeds_a_tolerance_needs():
+    runs = [{"epochs": e, "seed": s, "arm": a, "test_accuracy": acc}
+            for e, rows in {2: [(0.70, 0.72), (0.80, 0.78), (0.75, 0.79)]}.items()
+            for s, pair in enumerate(rows) for a, acc in zip(("sorted, no shuffle", "bucketed, shuffled"), pair)]
+    ev = {"recipe": {"budgets": [2], "arms": ["sorted, no shuffle", "bucketed, shuffled"]}, "runs": runs}
+    got = order.from_evidence(ev, tolerance=1.0)
+    assert got["pairs"][2] == pytest.approx([-2.0, 2.0, -4.0]) and got["seeds"] == 3
+    assert got["difference"][2].value == pytest.approx(-4 / 3) and got["difference"][2].dof == 2
+    sd = (sum((x + 4 / 3) ** 2 for x in (-2.0, 2.0, -4.0)) / 2) ** 0.5          # by hand
+    assert got["seeds_needed"][2] == -(-(1.96 * sd) ** 2 // 1)
+    assert got["mean"][2, "bucketed, shuffled"] == pytest.approx((0.72 + 0.78 + 0.79) / 3)
+    with pytest.raises(ValueError, match="two arms"):
+        order.from_evidence({"recipe": {"budgets": [2], "arms": ["a"]}, "runs": []})

@@ -26,7 +26,7 @@ from course_lib.core.train import History, TrainConfig, train
 
 ARMS = ("sorted, no shuffle", "bucketed, shuffled", "noisy sort, shuffled")
 
-__all__ = ["ARMS", "sampler", "train_arm"]
+__all__ = ["ARMS", "sampler", "train_arm", "from_evidence"]
 
 
 def sampler(arm: str, lengths: Sequence[int], *, batch_size: int, seed: int,
@@ -57,3 +57,30 @@ def train_arm(data: Dataset, lengths: Sequence[int], arm: str, *, vocab_size: in
     hist = train(model, loader, device=device, cfg=TrainConfig(epochs=epochs, lr=lr, seed=seed),
                  progress=False)
     return model, hist
+
+
+def from_evidence(evidence: dict, *, tolerance: float = 1.0) -> dict:
+    """The committed ``sorted_batching`` evidence (``tools.evidence``) reduced per budget:
+    ``"accuracy"`` {(epochs, arm): {seed: test accuracy}}, ``"mean"`` {(epochs, arm): mean},
+    ``"pairs"`` {epochs: [sorted minus bucketed, points, one per seed]}, ``"difference"``
+    {epochs: ``Estimate`` of that mean}, ``"seeds_needed"`` {epochs: seeds a 95% interval of
+    ± ``tolerance`` points would need, from the spread of the paired differences}, plus
+    ``"budgets"``, ``"arms"`` and ``"seeds"`` (the number of seeds)."""
+    import math
+    import statistics
+
+    from course_lib.measure.verdicts import mean_and_se
+
+    budgets, arms = list(evidence["recipe"]["budgets"]), list(evidence["recipe"]["arms"])
+    if len(arms) != 2:
+        raise ValueError(f"evidence must compare two arms, got {arms}")
+    acc: dict = {}
+    for r in evidence["runs"]:
+        acc.setdefault((r["epochs"], r["arm"]), {})[r["seed"]] = r["test_accuracy"]
+    pairs = {b: [100 * (acc[b, arms[0]][s] - acc[b, arms[1]][s]) for s in sorted(acc[b, arms[0]])]
+             for b in budgets}
+    return {"budgets": budgets, "arms": arms, "accuracy": acc, "seeds": len(acc[budgets[0], arms[0]]),
+            "mean": {k: statistics.fmean(v.values()) for k, v in acc.items()},
+            "pairs": pairs, "difference": {b: mean_and_se(d) for b, d in pairs.items()},
+            "seeds_needed": {b: math.ceil((1.96 * statistics.stdev(d) / tolerance) ** 2)
+                             for b, d in pairs.items()}}
