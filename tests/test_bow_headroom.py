@@ -8,7 +8,7 @@ import torch
 from course_lib.core.bow import BagOfWords, train_bag_of_words
 from course_lib.core.data import RULES, CorpusConfig, load_corpus
 from course_lib.tools.headroom import LENGTH_BINS, LessonRecipes, accuracy_by_rule, rule_table
-from course_lib.distill.students import StudentRecipe
+from course_lib.distill.transfer import RECIPE
 
 
 def test_bag_of_words_is_the_mean_of_word_weights_and_ignores_order_and_padding():
@@ -82,10 +82,20 @@ def parameters(nb: str) -> dict:
 def test_headroom_recipes_are_the_lessons_defaults():
     r = LessonRecipes()
     p06, p00, p04 = parameters("06_distillation"), parameters("00_welcome"), parameters("04_mixed_precision")
-    assert (r.distill_steps, r.distill_batch, r.distill_lr) == (StudentRecipe().steps, p06["BATCH"], p06["LR"])
-    assert (StudentRecipe().lr, StudentRecipe().lr_from_teacher) == (p06["LR"], p06["LR_FROM_TEACHER"])
-    assert (r.temperature, r.alpha) == (p06["TEMPERATURE"], p06["ALPHA"])
+    assert (r.distill_steps, r.distill_batch) == (p06["STEPS"], p06["BATCH"]) == (RECIPE["steps"], RECIPE["batch_size"])
+    assert (r.temperature, r.alpha) == (p06["TEMPERATURE"], p06["ALPHA"]) == (RECIPE["temperature"], RECIPE["alpha"])
     assert (r.first_run_preset, r.first_run_epochs, r.first_run_lr) == (
         p00["TRAIN_PRESET"], p00["TRAIN_EPOCHS"], p00["TRAIN_LR"])
     assert (r.reg_steps, r.reg_length, r.reg_scale) == (p04["REG_STEPS"], p04["REG_LENGTH"],
                                                         p04["CORPUS_SCALE"])
+
+
+def test_headroom_reads_the_students_from_lesson_06s_evidence():
+    from course_lib.tools.evidence import EVIDENCE_DIR
+    from course_lib.tools.headroom import student_runs
+    if not (EVIDENCE_DIR / "distillation_transfer.json").exists():
+        pytest.skip("distillation_transfer not committed yet")
+    runs = student_runs(recipes=LessonRecipes())
+    assert len(runs["scratch"]) == len(runs["distilled"]) >= 4
+    with pytest.raises(ValueError, match="not lesson 06's recipe"):
+        student_runs(recipes=LessonRecipes(distill_steps=800))

@@ -232,3 +232,33 @@ def test_items_per_rank_with_and_without_a_sampler():
     assert own[0] == own[1] == set(range(100))                                      # each rank loads all
     with pytest.raises(ValueError, match="world_size"):
         items_per_rank(10, world_size=0, distributed=True)
+
+
+def test_loss_noise_is_the_step_to_step_spread_and_stability_pairs_by_seed():
+    import math
+    from course_lib.distributed import stability
+    # a level with alternating +-1 jumps: successive differences are +-2, sd 2 (n-1), / sqrt 2
+    losses = [5.0] * 10 + [1.0 + (1 if i % 2 else -1) for i in range(10)]
+    d = [2.0 if i % 2 else -2.0 for i in range(9)]
+    import statistics
+    assert stability.loss_noise(losses) == pytest.approx(statistics.stdev(d) / math.sqrt(2))
+    assert stability.loss_noise([1.0, 1.0, 1.0, 1.0]) == 0
+    with pytest.raises(ValueError, match="tail"):
+        stability.loss_noise(losses, tail=0)
+    runs = [{"multiple": k, "seed": s, "global_batch": 16 * k, "noise": n, "val_accuracy": a}
+            for k, s, n, a in ((1, 0, 0.2, 0.90), (1, 1, 0.1, 0.92), (2, 0, 0.1, 0.93), (2, 1, 0.05, 0.92))]
+    red = stability.from_evidence({"runs": runs})
+    assert red["noise_ratio"][32].value == pytest.approx(0.5) and red["noise_ratio"][32].se == 0
+    assert red["accuracy_change"][32].value == pytest.approx(1.5) and red["base_batch"] == 16
+    with pytest.raises(ValueError, match="multiple 1"):
+        stability.from_evidence({"runs": runs[2:]})
+
+
+def test_a_stability_point_trains_the_multiplied_batch():
+    from course_lib.distributed import stability
+    args = ["--task", "easy", "--batch-size", "4", "--d-model", "16", "--n-layers", "1",
+            "--steps", "4", "--data-scale", "0.02"]
+    r = stability.train_point(2, 0, args=args, threads=1)
+    assert r["global_batch"] == 8 and len(r["losses"]) == 4 and 0 <= r["val_accuracy"] <= 1
+    with pytest.raises(ValueError, match="multiple must be >= 1"):
+        stability.train_point(0, 0, args=args)

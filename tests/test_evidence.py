@@ -58,6 +58,29 @@ def test_the_committed_evidence_is_complete():
                 pairs[r["epochs"], r["seed"]].add(r["arm"])
             assert all(a == set(e["recipe"]["arms"]) for a in pairs.values())
             assert {b for b, _ in pairs} == set(e["recipe"]["budgets"]) and len(pairs) >= 5 * len(e["recipe"]["budgets"])
+        elif name == "pruning_budget":   # every variant at every budget, the same seeds
+            from course_lib.pruning.budget import VARIANTS
+            seeds = {(r["variant"], r["steps"]): set() for r in e["runs"]}
+            for r in e["runs"]:
+                seeds[r["variant"], r["steps"]].add(r["seed"])
+            assert set(seeds) == {(v, b) for v in VARIANTS for b in e["recipe"]["budgets"]}
+            tuned = {frozenset(s) for (_, b), s in seeds.items() if b}
+            assert len(tuned) == 1 and len(next(iter(tuned))) >= 4
+            assert all(s == {None} for (_, b), s in seeds.items() if not b)
+        elif name == "distillation_transfer":   # every cell of distill.transfer, the same seeds
+            cells = {(r["student"], r["arm"], r["transfer"]): set() for r in e["runs"]}
+            for r in e["runs"]:
+                cells[r["student"], r["arm"], r["transfer"]].add(r["seed"])
+            sizes = e["recipe"]["sizes"]
+            assert {("small", "scratch", 0), ("half_from_teacher", "scratch", 0)} <= set(cells)
+            assert all(("small", a, n) in cells for n in sizes for a in ("soft", "hard") if n or a == "soft")
+            assert len({frozenset(s) for s in cells.values()}) == 1 and len(next(iter(cells.values()))) >= 4
+        elif name == "ddp_stability":   # every multiple of the batch, the same seeds
+            seeds = {}
+            for r in e["runs"]:
+                seeds.setdefault(r["multiple"], set()).add(r["seed"])
+            assert set(seeds) == set(e["recipe"]["multiples"]) and 1 in seeds
+            assert len({frozenset(s) for s in seeds.values()}) == 1 and len(seeds[1]) >= 5
         else:
             assert all(r["val_curve"] for r in e["runs"])
 

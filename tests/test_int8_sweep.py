@@ -5,7 +5,7 @@ import torch
 
 import math
 
-from course_lib.quant.sweep import feed_forward_block, first_width_holding, int8_speedups
+from course_lib.quant.sweep import feed_forward_block, first_width_holding, speedups
 from course_lib.measure.verdicts import Rule
 
 
@@ -18,18 +18,22 @@ def test_feed_forward_block_shape_and_seed():
 
 
 def test_sweep_rows_cover_every_case():
-    rows = int8_speedups([8, 16], [1, 2], tokens=4, warmup=0, repeats=1)
-    assert [(r["width"], r["batch"]) for r in rows] == [(8, 1), (8, 2), (16, 1), (16, 2)]
+    rows = speedups([8, 16], [1, 2], tokens=4, warmup=0, repeats=1)
+    assert [(r["format"], r["width"], r["batch"]) for r in rows] == [
+        (f, w, b) for w in (8, 16) for b in (1, 2) for f in ("int8", "bf16")]
     for r in rows:   # one repeat: the ratio of the two single timings, with no measurable noise
-        assert r["speedup"] == pytest.approx(r["fp32_ms"] / r["int8_ms"])
+        assert r["speedup"] == pytest.approx(r["fp32_ms"] / r["low_ms"])
         assert math.isinf(r["se"]) and r["dof"] == 1
+    assert [r["format"] for r in speedups([8], [1], formats=("bf16",), warmup=0, repeats=1)] == ["bf16"]
     with pytest.raises(ValueError, match="batches"):
-        int8_speedups([8], [0], warmup=0, repeats=1)
+        speedups([8], [0], warmup=0, repeats=1)
+    with pytest.raises(ValueError, match="formats must be"):
+        speedups([8], [1], formats=("fp8",), warmup=0, repeats=1)
 
 
 def test_first_width_needs_every_wider_width_to_hold_with_its_noise():
     rule = Rule("speed-up", ">=", 1.2)
-    rows = [{"width": w, "batch": 32, "speedup": s, "se": se, "dof": 9} for w, s, se in
+    rows = [{"format": "int8", "width": w, "batch": 32, "speedup": s, "se": se, "dof": 9} for w, s, se in
             ((64, 0.8, 0.05), (128, 1.6, 0.05), (256, 1.25, 0.1), (512, 1.7, 0.05),
              (1024, 2.0, 0.05))]
     # 256 straddles 1.2 (1.25 +- 2.26 x 0.1): 128 holding alone does not make the run
@@ -40,3 +44,5 @@ def test_first_width_needs_every_wider_width_to_hold_with_its_noise():
     assert first_width_holding(rows, batch=32, rule=Rule("speed-up", ">=", 0.5)) == 64
     with pytest.raises(ValueError, match="batch 1"):
         first_width_holding(rows, batch=1, rule=rule)
+    with pytest.raises(ValueError, match="no bf16 rows"):
+        first_width_holding(rows, batch=32, rule=rule, format="bf16")

@@ -1,8 +1,5 @@
 """Lesson 06's tables and timings: checked against hand computations."""
-import math
-
 import pytest
-import torch
 
 from course_lib.distill import report as sr
 from course_lib.core.data import CorpusConfig, load_corpus
@@ -10,38 +7,43 @@ from course_lib.core.model import build_model
 from course_lib.measure.verdicts import speedup
 
 
-def _runs(cells):
-    return [{"student": s, "arm": a, "seed": k, "test_accuracy": v}
-            for (s, a), vals in cells.items() for k, v in enumerate(vals)]
+def _evidence():
+    """Two seeds, every cell of distill.transfer: accuracies chosen so each effect is known."""
+    acc = {("scratch", 0): [0.880, 0.890], ("soft", 0): [0.885, 0.893],
+           ("hard", 2000): [0.900, 0.910], ("soft", 2000): [0.905, 0.915],
+           ("hard", 12000): [0.920, 0.925], ("soft", 12000): [0.910, 0.914]}
+    runs = [{"student": "small", "arm": a, "transfer": n, "seed": k, "test_accuracy": v}
+            for (a, n), vals in acc.items() for k, v in enumerate(vals)]
+    runs += [{"student": "half_from_teacher", "arm": "scratch", "transfer": 0, "seed": 0,
+              "test_accuracy": 0.95}]
+    return {"recipe": {"teacher_test_accuracy": 0.99}, "runs": runs}
 
 
-def test_effect_lines_reach_gain_loss_and_noise_by_a_t_interval():
-    runs = _runs({("half", "scratch"): [0.80, 0.82, 0.81],
-                  ("half", "distilled"): [0.85, 0.86, 0.86],         # +5, +4, +5: a gain
-                  ("half", "hard_labels"): [0.90, 0.70, 0.85],       # noisy
-                  ("half", "mse"): [0.80, 0.81, 0.80]})              # -5, -5, -6: a loss
-    lines = {what: (e, call) for what, e, call in sr.effect_lines(runs)}
-    kl = lines["distillation on the random-initialised student: KL vs scratch"]
-    assert kl[0].value == pytest.approx(14 / 3) and kl[1] == "a gain"
-    assert lines["the loss: logit MSE vs KL, same alpha and data"][1] == "a loss"
-    assert lines["the extra data: the teacher's top class on the transfer set vs scratch"][1] == \
-        "within the seed noise"
-    assert not any("hidden" in w for w in lines)          # a cell no run has is left out
-    # 2 SE would call +1.0 ± 0.46 (three seeds) a gain; Student's t with 2 dof (4.30) does not
-    close = _runs({("half", "scratch"): [0.80, 0.80, 0.80], ("half", "distilled"): [0.802, 0.81, 0.818]})
-    (_, e, call), = [x for x in sr.effect_lines(close) if "KL vs scratch" in x[0]]
-    assert e.value > 2 * e.se and call == "within the seed noise"
+def test_from_evidence_pairs_each_arm_by_seed_against_a_hand_computation():
+    from course_lib.distill import transfer
+    red = transfer.from_evidence(_evidence())
+    assert red["sizes"] == [0, 2000, 12000] and red["teacher"] == 0.99
+    assert red["soft_vs_hard"][0].value == pytest.approx(0.4)        # (0.5 + 0.3) / 2, vs scratch
+    assert red["soft_vs_hard"][2000].value == pytest.approx(0.5) and red["soft_vs_hard"][2000].se == 0
+    assert red["soft_vs_hard"][12000].value == pytest.approx(-1.05)  # (-1.0 - 1.1) / 2
+    assert red["soft_vs_hard"][12000].se == pytest.approx(0.05)      # sd 0.0707 / sqrt 2
+    assert red["hard_vs_scratch"][12000].value == pytest.approx(3.75)
+    assert 0 not in red["hard_vs_scratch"]
+    assert red["gap"]["soft", 12000].value == pytest.approx(-7.8)
+    assert red["mean"]["scratch", 0].value == pytest.approx(88.5)
+    with pytest.raises(ValueError, match="no runs of student 'half'"):
+        transfer.from_evidence(_evidence(), "half")
 
 
-def test_ladder_markdown_shows_both_runs_and_dashes_for_missing_cells():
-    ref = _runs({("half", "scratch"): [0.80, 0.84], ("small", "scratch"): [0.7, 0.7]})
-    live = _runs({("half", "scratch"): [0.83]})
-    md = sr.ladder_markdown(ref, live, teacher_accuracy=0.9, reference_label="ref", live_label="here")
-    half = next(l for l in md.splitlines() if l.startswith("| 2 layers, teacher's width"))
-    t = 12.706 * 2.0                    # t(0.975, 1) x sd / sqrt(2), sd of 80 and 84 = 2 sqrt(2)
-    assert f"82.0 ± {t:.1f} (2 seeds)" in half and "83.0 (1 seed)" in half
-    small = next(l for l in md.splitlines() if l.startswith("| 1 layer"))
-    assert small.endswith("| – |") and "90.0" in md
+def test_transfer_markdown_names_each_size_and_the_call():
+    from course_lib.distill import transfer
+    md = sr.transfer_markdown(transfer.from_evidence(_evidence()))
+    rows = md.splitlines()[2:]
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "2,000", "12,000"]
+    assert "+0.50 (a gain)" in rows[1]
+    assert "-1.05 ± 0.64 (a loss)" in rows[2] and rows[0].endswith("– |")
+    fig = sr.transfer_figure(transfer.from_evidence(_evidence()), live={("soft", 12000): 0.9})
+    assert fig.axes[0].get_xticklabels()[2].get_text() == "12,000"
 
 
 def test_split_seconds_times_every_model_per_repeat_and_rejects_one_repeat():

@@ -100,3 +100,34 @@ def test_bad_arm_steps_and_missing_teacher_name_the_parameter(small):
         train_student("scratch", recipe=StudentRecipe(steps=0), **kw)
     with pytest.raises(ValueError, match="teacher"):
         train_student("hidden", **kw)
+
+
+def test_transfer_cells_use_the_first_n_transfer_reviews_and_name_bad_arguments(small):
+    from course_lib.distill import transfer
+    corpus, data, cached, teacher = small
+    recipe = StudentRecipe(steps=2, batch_size=8)
+    n = 5
+    got = transfer.train_cell(corpus, cached, student="small", arm="hard", n=n, seed=0, recipe=recipe)
+    from course_lib.core.data import ReviewDataset
+    want = train_student("hard_labels", student="small", corpus=corpus, seed=0, recipe=recipe,
+                         distill_set=DistillSet(corpus.train, ReviewDataset(corpus.transfer.reviews[:n], corpus.vocab)),
+                         cached_logits=cached[:len(corpus.train) + n])
+    assert torch.equal(params(got), params(want))
+    zero = transfer.train_cell(corpus, cached, student="small", arm="soft", n=0, seed=0, recipe=recipe)
+    only = train_student("distilled_labelled_only", student="small", corpus=corpus, distill_set=data,
+                         cached_logits=cached, seed=0, recipe=recipe)
+    assert torch.equal(params(zero), params(only))
+    with pytest.raises(ValueError, match="arm must be one of"):
+        transfer.train_cell(corpus, cached, student="small", arm="kl", n=0, seed=0, recipe=recipe)
+    with pytest.raises(ValueError, match=r"n must be in \[0, 16\]"):
+        transfer.train_cell(corpus, cached, student="small", arm="soft", n=17, seed=0, recipe=recipe)
+
+
+def test_transfer_run_trains_every_cell_once_per_seed(small):
+    from course_lib.distill import transfer
+    corpus, _, cached, teacher = small
+    body = transfer.run(corpus, teacher, cached, seeds=(0,), sizes=(0, 4), steps=1, log=lambda _: None)
+    assert [(r["student"], r["arm"], r["transfer"]) for r in body["runs"]] == [
+        ("small", "scratch", 0), ("small", "soft", 0), ("small", "hard", 4), ("small", "soft", 4),
+        ("half_from_teacher", "scratch", 0), ("half_from_teacher", "soft", len(corpus.transfer))]
+    assert body["recipe"]["steps"] == 1 and 0 <= body["recipe"]["teacher_test_accuracy"] <= 1

@@ -1,11 +1,9 @@
 """Lesson 06's measurements and tables around the students: their speed against the teacher,
-the student ladder (reference run and live runs side by side), and the effects that the arms
-isolate, each with its noise. The training itself is ``student_runs``; the reference run is
-``student_ladder``.
+and the ``distillation_transfer`` evidence (``distill.transfer``) as a figure and a table, with
+this run's students beside it. The training itself is ``distill.students``.
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 
@@ -13,35 +11,12 @@ import torch
 
 from course_lib.measure.bench import synchronize
 from course_lib.core.batching import make_loader
-from course_lib.measure.verdicts import (Estimate, difference_call, mean_and_se, paired_accuracy_change, speedup,
-                       t_quantile)
+from course_lib.measure.verdicts import Estimate, difference_call, speedup
 
 NAMES = {"small": "1 layer, width 64", "half": "2 layers, teacher's width",
          "half_from_teacher": "2 layers, from the teacher's layers 0 and 2"}
-ARM_NAMES = {"scratch": "labels only (scratch)", "distilled": "KL + labels, transfer set",
-             "hard_labels": "teacher's top class on the transfer set",
-             "distilled_labelled_only": "KL + labels, labelled split only",
-             "mse": "logit MSE + labels, transfer set", "hidden": "KL + labels + hidden states"}
-# (what it isolates, cell a, cell b): a - b, paired by seed
-EFFECTS = [
-    ("the extra data: the teacher's top class on the transfer set vs scratch",
-     ("half", "hard_labels"), ("half", "scratch")),
-    ("the soft targets on the same data: KL vs the teacher's top class",
-     ("half", "distilled"), ("half", "hard_labels")),
-    ("soft targets without the extra data: KL on the labelled split vs scratch",
-     ("half", "distilled_labelled_only"), ("half", "scratch")),
-    ("distillation on the random-initialised student: KL vs scratch",
-     ("half", "distilled"), ("half", "scratch")),
-    ("the loss: logit MSE vs KL, same alpha and data",
-     ("half", "mse"), ("half", "distilled")),
-    ("matching hidden states too, vs KL alone", ("half", "hidden"), ("half", "distilled")),
-    ("the teacher's layers as initialisation, both from scratch",
-     ("half_from_teacher", "scratch"), ("half", "scratch")),
-    ("distillation on the teacher-initialised student: KL vs scratch",
-     ("half_from_teacher", "distilled"), ("half_from_teacher", "scratch")),
-]
-
-
+ARM_NAMES = {"scratch": "labels only (scratch)", "hard": "hard labels (teacher's top class)",
+             "soft": "soft targets (KL + labels)"}
 def split_seconds(models: Mapping[str, torch.nn.Module], dataset, *, batch_size: int = 32,
                   repeats: int = 3, max_batches: int = 16,
                   device: torch.device | str = "cpu") -> dict[str, list[float]]:
@@ -74,51 +49,6 @@ def split_seconds(models: Mapping[str, torch.nn.Module], dataset, *, batch_size:
 
 
 
-def cell_accuracies(runs: list[dict]) -> dict[tuple[str, str], dict[int, float]]:
-    """{(student, arm): {seed: test accuracy}} of a list of run records."""
-    out: dict[tuple[str, str], dict[int, float]] = {}
-    for r in runs:
-        out.setdefault((r["student"], r["arm"]), {})[r["seed"]] = r["test_accuracy"]
-    return out
-
-
-def _pm(e: Estimate, n: int) -> str:
-    if math.isinf(e.se):
-        return f"{e.value:.1f} (1 seed)"
-    return f"{e.value:.1f} ± {t_quantile(0.975, e.dof) * e.se:.1f} ({n} seeds)"
-
-
-def ladder_markdown(reference: list[dict], live: list[dict], *, teacher_accuracy: float,
-                    reference_label: str, live_label: str) -> str:
-    """One row per (student, arm): mean test accuracy with its 95% interval (Student's t over
-    seeds), in the reference run and in this run (a dash where this run did not train it)."""
-    ref, here = cell_accuracies(reference), cell_accuracies(live)
-    rows = []
-    for cell in dict.fromkeys([*ref, *here]):
-        cols = []
-        for table in (ref, here):
-            acc = table.get(cell)
-            cols.append(_pm(mean_and_se([100 * a for a in acc.values()]), len(acc))
-                        if acc else "–")
-        rows.append(f"| {NAMES[cell[0]]} | {ARM_NAMES[cell[1]]} | {cols[0]} | {cols[1]} |")
-    return (f"| student | trained on | {reference_label} | {live_label} |\n|---|---|---|---|\n"
-            + "\n".join(rows) + f"\n| **teacher** (4 layers, width 128) | | "
-            f"{100 * teacher_accuracy:.1f} | {100 * teacher_accuracy:.1f} |")
-
-
-def effect_lines(runs: list[dict], *, confidence: float = 0.95) -> list[tuple[str, Estimate, str]]:
-    """Each ``EFFECTS`` entry that ``runs`` can measure: (what, estimate, call), where call is
-    "a gain", "a loss" or "within the seed noise" (the 95% interval, Student's t with seeds - 1
-    degrees of freedom, excludes 0 or not; one seed is always within the noise)."""
-    acc, out = cell_accuracies(runs), []
-    for what, a, b in EFFECTS:
-        seeds = sorted(set(acc.get(a, {})) & set(acc.get(b, {})))
-        if seeds:
-            e = mean_and_se([100 * (acc[a][s] - acc[b][s]) for s in seeds])
-            out.append((what, e, call(e, confidence=confidence)))
-    return out
-
-
 def call(e: Estimate, *, confidence: float = 0.95) -> str:
     """``verdicts.difference_call`` in the words of seeds: "a gain", "a loss" or "within the
     seed noise" (always, for one seed: its standard error is infinite)."""
@@ -145,84 +75,49 @@ def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, lis
             "speed-up over the teacher |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
-def accuracy_change(correct_by_seed: Mapping[int, torch.Tensor],
-                    teacher_correct: torch.Tensor) -> tuple[Estimate, str]:
-    """A student's test accuracy minus the teacher's, in points, and what the noise is: over
-    the test reviews, paired (one seed: the noise of this test set, not of training), or over
-    seeds (several: training noise included)."""
-    if not correct_by_seed:
-        raise ValueError("correct_by_seed must hold at least one seed")
-    if len(correct_by_seed) == 1:
-        (c,) = correct_by_seed.values()
-        return (paired_accuracy_change(teacher_correct.tolist(), c.tolist()),
-                f"paired over {len(c):,} test reviews, one seed (training noise not included)")
-    t = teacher_correct.float().mean()
-    e = mean_and_se([float(100 * (c.float().mean() - t)) for c in correct_by_seed.values()])
-    return e, f"over {len(correct_by_seed)} seeds"
-
-
-def ladder_figure(reference: list[dict], live: list[dict], *, teacher_accuracy: float,
-                  reference_label: str, live_label: str):
-    """Every cell's mean test accuracy with its 95% interval (reference run), this run's
-    students as diamonds, the teacher as a line."""
+def transfer_figure(reduced: dict, *, live: Mapping[tuple[str, int], float] | None = None,
+                    student: str = "small", source: str = ""):
+    """Mean test accuracy with its 95% interval over seeds (``transfer.from_evidence``) per arm
+    over the transfer set's size, the scratch student as a band, the teacher as a line, and
+    this run's students (``live``: {(arm, n): accuracy}) as open diamonds."""
     from course_lib.ui.plots import new_figure
 
-    ref, here = cell_accuracies(reference), cell_accuracies(live)
-    cells = list(dict.fromkeys([*ref, *here]))
-    fig, ax = new_figure(width=9, height=4.2)
-    for y, cell in enumerate(cells):
-        if cell in ref:
-            e = mean_and_se([100 * a for a in ref[cell].values()])
-            err = 0 if math.isinf(e.se) else t_quantile(0.975, e.dof) * e.se
-            ax.errorbar([e.value], [y], xerr=[err], fmt="o", color="#4C72B0", capsize=4,
-                        label=reference_label if y == 0 else None)
-            ax.scatter([100 * a for a in ref[cell].values()], [y] * len(ref[cell]), s=10,
-                       color="#4C72B0", alpha=0.35)
-        if cell in here:
-            ax.scatter([100 * a for a in here[cell].values()], [y - 0.25] * len(here[cell]),
-                       marker="D", color="#DD8452", zorder=3,
-                       label=live_label if cell == next(c for c in cells if c in here) else None)
-    ax.axvline(100 * teacher_accuracy, color="k", ls=":", label="teacher")
-    ax.set_yticks(range(len(cells)), [f"{NAMES[s]}\n{ARM_NAMES[a]}" for s, a in cells], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("test accuracy (%)")
-    ax.set_title("The student ladder: mean and 95% interval over seeds, dots per seed")
-    ax.legend(frameon=False, fontsize=8, loc="lower left")
+    sizes, mean = reduced["sizes"], reduced["mean"]
+    fig, ax = new_figure(width=7.5, height=4.2)
+    scratch = mean["scratch", 0]
+    lo, hi = scratch.interval
+    ax.axhspan(lo, hi, color="#C44E52", alpha=0.15)
+    ax.axhline(scratch.value, color="#C44E52", ls="--", label=ARM_NAMES["scratch"])
+    for k, (arm, colour) in enumerate((("hard", "#4C72B0"), ("soft", "#DD8452"))):
+        xs = [i for i, n in enumerate(sizes) if (arm, n) in mean]
+        est = [mean[arm, sizes[i]] for i in xs]
+        ax.errorbar([x + 0.06 * (2 * k - 1) for x in xs], [e.value for e in est],
+                    yerr=[e.half_width for e in est], marker="o", capsize=4, color=colour,
+                    label=ARM_NAMES[arm])
+    for (arm, n), acc in (live or {}).items():
+        colour = {"scratch": "#C44E52", "hard": "#4C72B0", "soft": "#DD8452"}[arm]
+        ax.plot(sizes.index(n) + 0.2, 100 * acc, "D", mfc="none", ms=9, color=colour,
+                label="this run" if (arm, n) == next(iter(live)) else None)
+    ax.axhline(100 * reduced["teacher"], color="k", ls=":", label="teacher")
+    ax.set_xticks(range(len(sizes)), [f"{n:,}" for n in sizes])
+    ax.set_xlim(-0.4, len(sizes) - 0.6)
+    ax.set_xlabel("transfer set: unlabelled reviews the teacher labels (besides the 4,000 labelled)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"{NAMES[student]} student, trained to convergence: mean and 95% interval "
+                 f"over seeds{source}", fontsize=9)
+    ax.legend(frameon=False, fontsize=8, loc="center right")
     return fig
 
 
-def sweep_panel(ax, sweep: Mapping[tuple[float, float], Estimate], scratch: Estimate, *,
-                selected: tuple[float, float], teacher_accuracy: float) -> None:
-    """Bars of a temperature / alpha sweep (mean, 95% interval over seeds), the scratch
-    student's mean and interval as a band, the selected point outlined."""
-    temps = sorted({t for t, _ in sweep})
-    alphas = sorted({a for _, a in sweep})
-    width = 0.8 / len(alphas)
-    for k, a in enumerate(alphas):
-        xs = [i + (k - (len(alphas) - 1) / 2) * width for i in range(len(temps))]
-        est = [sweep[t, a] for t in temps]
-        err = [t_quantile(0.975, e.dof) * e.se for e in est]
-        bars = ax.bar(xs, [e.value for e in est], width=width, yerr=err, capsize=3,
-                      label=f"alpha = {a:g}", alpha=0.85)
-        for t, b in zip(temps, bars):
-            if (t, a) == selected:
-                b.set_edgecolor("k")
-                b.set_linewidth(2.5)
-    half = t_quantile(0.975, scratch.dof) * scratch.se
-    ax.axhspan(scratch.value - half, scratch.value + half, color="#C44E52", alpha=0.15)
-    ax.axhline(scratch.value, color="#C44E52", ls="--", label="scratch (band: 95% interval)")
-    ax.axhline(100 * teacher_accuracy, color="k", ls=":", label="teacher")
-    lo = min(min(e.value for e in sweep.values()), scratch.value - half)
-    ax.set_ylim(max(0, lo - 8), min(100, 100 * teacher_accuracy + 5))
-    ax.set_xticks(range(len(temps)), [f"{t:g}" for t in temps])
-    ax.set_xlabel("temperature T")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(frameon=False, fontsize=7, loc="upper left", ncol=2)
-
-
-def effects_markdown(runs: list[dict]) -> str:
-    """``effect_lines`` as a Markdown list (95% intervals), or "" if ``runs`` has no pair."""
-    return "\n".join(f"- **{what}**: {e.value:+.1f} ± {t_quantile(0.975, e.dof) * e.se:.1f} "
-                     f"points, {call};" if not math.isinf(e.se) else
-                     f"- **{what}**: {e.value:+.1f} points (one seed: {call});"
-                     for what, e, call in effect_lines(runs))
+def transfer_markdown(reduced: dict) -> str:
+    """One row per transfer-set size: each arm's mean accuracy, soft minus hard and hard minus
+    scratch (paired by seed, 95% interval with Student's t) and what each says."""
+    m, rows = reduced["mean"], []
+    for n in reduced["sizes"]:
+        cell = lambda arm: f"{m[arm, n]:.2f}" if (arm, n) in m else "–"
+        sh, hs = reduced["soft_vs_hard"].get(n), reduced["hard_vs_scratch"].get(n)
+        rows.append(f"| {n:,} | {cell('hard') if n else cell('scratch')} | {cell('soft')} | "
+                    + (f"{sh:+.2f} ({call(sh)}) | " if sh else "– | ")
+                    + (f"{hs:+.2f} ({call(hs)}) |" if hs else "– |"))
+    return ("| transfer set (reviews) | hard labels (%) | soft targets (%) | soft − hard (points) "
+            "| hard − scratch (points) |\n|---|---|---|---|---|\n" + "\n".join(rows))

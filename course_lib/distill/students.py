@@ -1,5 +1,5 @@
 """Lesson 06's students and arms: one function trains any student with any recipe, so that the
-lesson and the reference run (``python -m course_lib.tools.student_ladder``) train exactly the same.
+lesson and the evidence run (``distill.transfer``) train exactly the same.
 
 The students (``STUDENTS``), smallest first:
 

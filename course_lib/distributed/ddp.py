@@ -172,7 +172,7 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
                 times.append(time.perf_counter() - t0)
                 losses.append(total)
                 step += 1
-                if step % max(1, cfg.steps // 4) == 0 or step == cfg.steps:
+                if ddp and (step % max(1, cfg.steps // 4) == 0 or step == cfg.steps):
                     _log(f"step {step}/{cfg.steps} local loss {total:.4f}", rank=rank,
                          world_size=world_size)
             epoch += 1

@@ -258,3 +258,19 @@ def fine_tune(model: nn.Module, loader, *, steps: int, lr: float = 5e-4,
     epochs = max(1, math.ceil(steps / max(1, len(loader))))
     cfg = TrainConfig(epochs=epochs, lr=lr, warmup_frac=0.1, seed=seed)
     return train(model, loader, cfg=cfg, device=device, max_steps=steps, progress=progress)
+
+
+def sparse_model_bytes(model: nn.Module) -> dict[str, float]:
+    """The whole model's parameter bytes with every prunable weight (``storage``'s) stored as
+    CSR and everything else dense, against all of it dense: ``"csr_bytes"``, ``"dense_bytes"``,
+    ``"ratio"``, and ``"removed"``, the share of all parameters that are zero in those weights."""
+    s = storage(model)
+    owned = {id(getattr(m, f"{n}_orig" if hasattr(m, f"{n}_orig") else n))
+             for _, m, n in prunable(model, include_out_proj=True, include_head=True)}
+    others = [p for p in model.parameters() if id(p) not in owned]
+    other_bytes = sum(p.numel() * p.element_size() for p in others)
+    numel = s["numel"] + sum(p.numel() for p in others)
+    dense = s["dense_bytes"] + other_bytes
+    csr = s["csr_bytes"] + other_bytes
+    return {"csr_bytes": csr, "dense_bytes": dense, "ratio": csr / dense,
+            "removed": (s["numel"] - s["nonzeros"]) / numel}

@@ -25,7 +25,8 @@ def plan(device: torch.device | str, *, has_torchao: bool | None = None) -> tupl
     ``Recorder.skip``. ``has_torchao`` overrides the import check (tests)."""
     device = torch.device(device)
     if device.type != "cuda":
-        return "cuda", f"no CUDA device here ({device.type}): torchao's int8 kernels are GPU kernels"
+        return "cuda", (f"no CUDA device here ({device.type}): this comparison is int8 weights against the "
+                        "GPU's 16-bit format (the CPU's int8 is measured above)")
     if not (torchao_available() if has_torchao is None else has_torchao):
         return "torchao", "torchao is not installed (pip install torchao; make test-gpu installs it)"
     return None

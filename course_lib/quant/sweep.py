@@ -1,4 +1,5 @@
-"""Where dynamic int8 pays: FP32 against ``quantize_dynamic`` over width and batch (lesson 07).
+"""Where int8 and BF16 pay: FP32 against ``quantize_dynamic`` and a BF16 cast, over width and
+batch (lesson 07).
 
 Dynamic int8 quantizes each batch's activations on the fly, multiplies in int8 and rescales the
 result. The int8 matmul is cheaper, the quantize and rescale steps are extra, and both scale
@@ -6,9 +7,13 @@ differently: small matrices and single rows are dominated by the extra steps, wi
 and big batches by the matmul. Which width is "wide enough" depends on the CPU (its int8
 instructions: AVX-512 VNNI, AMX), so the course measures it instead of quoting it.
 
+BF16 (the block and its input cast) halves the bytes every matmul reads; whether it is also
+faster depends on BF16 matrix instructions (AVX-512 BF16, AMX) and on the matrices being large
+enough for the multiply to outweigh the conversions.
+
 The block timed is a feed-forward block of width ``d`` at the course model's ratio
 (``d -> 2d -> d``, GELU), random weights (speed does not depend on what the weights learned),
-on ``batch x tokens`` rows; FP32 and int8 are timed interleaved (``bench.compare``).
+on ``batch x tokens`` rows; FP32 and each format are timed interleaved (``bench.compare``).
 """
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ from course_lib.measure import bench
 from course_lib.quant.int8 import quantize_dynamic_int8
 from course_lib.measure.verdicts import Rule, speedup
 
-__all__ = ["feed_forward_block", "int8_speedups", "first_width_holding"]
+__all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding"]
+
+FORMATS = ("int8", "bf16")   # dynamic int8 (quantize_dynamic), and the BF16 cast
 
 
 def feed_forward_block(width: int, *, seed: int = 0) -> nn.Module:
@@ -34,42 +41,49 @@ def feed_forward_block(width: int, *, seed: int = 0) -> nn.Module:
                              nn.Linear(2 * width, width)).eval()
 
 
-def int8_speedups(widths: Sequence[int], batches: Sequence[int], *, tokens: int = 64,
-                  warmup: int = 2, repeats: int = 5, seed: int = 0) -> list[dict]:
-    """One row per (width, batch): FP32 and int8 median milliseconds (CPU) and the speed-up
-    (geometric mean of the per-repeat ratios FP32 time / int8 time, above 1 means int8 is faster) with
-    its standard error and degrees of freedom."""
+def speedups(widths: Sequence[int], batches: Sequence[int], *, formats: Sequence[str] = FORMATS,
+             tokens: int = 64, warmup: int = 2, repeats: int = 5, seed: int = 0) -> list[dict]:
+    """One row per (format, width, batch): FP32 and the format's median milliseconds (CPU) and
+    the speed-up (geometric mean of the per-repeat ratios FP32 time / format time, above 1
+    means the format is faster) with its standard error and degrees of freedom. All formats of
+    a (width, batch) are timed in one interleaved loop with FP32."""
     if not widths or not batches:
         raise ValueError("widths and batches must each hold at least one value")
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
+    if not formats or any(f not in FORMATS for f in formats):
+        raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {formats!r}")
     rows = []
     gen = torch.Generator().manual_seed(seed)
     for width in widths:
         fp32 = feed_forward_block(width, seed=seed)
-        int8 = quantize_dynamic_int8(fp32)
+        low = {f: quantize_dynamic_int8(fp32) if f == "int8" else
+               feed_forward_block(width, seed=seed).to(torch.bfloat16) for f in formats}
         for batch in batches:
             if batch < 1:
                 raise ValueError(f"batches must be >= 1, got {batch}")
             x = torch.randn(batch, tokens, width, generator=gen)
-            res = bench.compare({"fp32": bench.forward_call(fp32, x),
-                                 "int8": bench.forward_call(int8, x)}, warmup=warmup,
-                                repeats=repeats, device="cpu")
-            ratio = speedup(res["fp32"]["timing"].samples, res["int8"]["timing"].samples)
-            rows.append({"width": width, "batch": batch,
-                         "fp32_ms": res["fp32"]["timing"].median * 1e3,
-                         "int8_ms": res["int8"]["timing"].median * 1e3,
-                         "speedup": ratio.value, "se": ratio.se, "dof": ratio.dof})
+            calls = {"fp32": bench.forward_call(fp32, x)}
+            calls |= {f: bench.forward_call(m, x.to(torch.bfloat16) if f == "bf16" else x)
+                      for f, m in low.items()}
+            res = bench.compare(calls, warmup=warmup, repeats=repeats, device="cpu")
+            for f in formats:
+                ratio = speedup(res["fp32"]["timing"].samples, res[f]["timing"].samples)
+                rows.append({"format": f, "width": width, "batch": batch,
+                             "fp32_ms": res["fp32"]["timing"].median * 1e3,
+                             "low_ms": res[f]["timing"].median * 1e3,
+                             "speedup": ratio.value, "se": ratio.se, "dof": ratio.dof})
     return rows
 
 
-def first_width_holding(rows: list[dict], *, batch: int, rule: Rule) -> int | None:
-    """The smallest width from which ``rule`` holds on the speed-up at ``batch`` (its interval
-    clears the threshold) at that width and every wider one measured; None if the widest does
-    not hold. A width whose interval straddles the threshold stops the run: not proven."""
-    at = sorted((r["width"], r) for r in rows if r["batch"] == batch)
+def first_width_holding(rows: list[dict], *, batch: int, rule: Rule,
+                        format: str = "int8") -> int | None:
+    """The smallest width from which ``rule`` holds on ``format``'s speed-up at ``batch`` (its
+    interval clears the threshold) at that width and every wider one measured; None if the
+    widest does not hold. A width whose interval straddles the threshold stops the run."""
+    at = sorted((r["width"], r) for r in rows if r["batch"] == batch and r["format"] == format)
     if not at:
-        raise ValueError(f"no rows measured at batch {batch}")
+        raise ValueError(f"no {format} rows measured at batch {batch}")
     found = None
     for width, r in reversed(at):
         if rule.judge(r["speedup"], r["se"], r["dof"]) != "holds":

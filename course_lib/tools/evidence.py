@@ -12,6 +12,9 @@ rests on.
     python -m course_lib.tools.evidence student_ceiling       # ~15 min, after the baseline
     python -m course_lib.tools.evidence fp16_regression --seeds 0 1 2 3 4 5   # ~35 min
     python -m course_lib.tools.evidence sorted_batching --seeds 0 1 2 3 4 5 6 7   # ~25 min
+    python -m course_lib.tools.evidence pruning_budget --seeds 0 1 2 3            # ~40 min
+    python -m course_lib.tools.evidence distillation_transfer --seeds 0 1 2 3     # ~60 min
+    python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5         # ~8 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -30,6 +33,19 @@ seeds resolve a 10% change of the test error, which one live run cannot.
 batches and with shuffled buckets (``packing.order``), paired by seed, for each budget of
 ``SORTED_BUDGETS`` epochs, and scores each on the test split: whether the sawtooth costs
 accuracy once the model has learned the task, which a two-epoch live run cannot show.
+
+``pruning_budget`` fine-tunes lesson 05's pruned models (``pruning.budget``) for each budget of
+steps from several seeds: whether a pruned model keeps the dense model's accuracy depends on
+how long it is fine-tuned, which the lesson's few dozen live steps cannot show.
+
+``distillation_transfer`` trains lesson 06's random-initialised student to convergence with
+scratch labels, the teacher's top class and its soft targets, over the transfer set's size
+(``distill.transfer``), paired by seed, and the teacher-initialised student with and without
+distillation: what soft targets add, and what initialisation adds, each on its own.
+
+``ddp_stability`` trains lesson 08's encoder at one device's batch and at 2, 4 and 8 times it
+(what that many DDP ranks train, ``distributed.stability``) from several seeds: how much
+steadier the loss gets, and whether accuracy changes, as the global batch grows.
 """
 from __future__ import annotations
 
@@ -51,7 +67,8 @@ from course_lib.distill.students import build_student
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
-EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching")
+EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
+            "pruning_budget", "distillation_transfer", "ddp_stability")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -212,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ship", action="store_true",
                     help="teacher_convergence: also write the recipe's seed as the baseline")
     ap.add_argument("--dir", type=Path, default=EVIDENCE_DIR)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="distillation_transfer: override the steps (a quick check, not evidence)")
     args = ap.parse_args(argv)
     if args.list or args.name is None:
         for name in EVIDENCE:
@@ -228,6 +247,30 @@ def main(argv: list[str] | None = None) -> None:
     elif args.name == "sorted_batching":
         path = write_evidence(args.name, sorted_batching(corpus, seeds=tuple(args.seeds)),
                               command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "ddp_stability":
+        from course_lib.distributed.stability import run as run_stability
+        body = run_stability(seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
+        body["threads"] = torch.get_num_threads()
+        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name in ("pruning_budget", "distillation_transfer"):
+        teacher, _ = load_baseline(corpus, train_if_missing=False)
+        if args.name == "pruning_budget":
+            from course_lib.pruning.budget import run as run_budget
+            body = run_budget(corpus, teacher, seeds=tuple(args.seeds),
+                              log=lambda m: print(m, flush=True))
+        else:
+            from course_lib.distill.losses import DistillSet
+            from course_lib.distill.stored import teacher_logits_stored
+            from course_lib.distill.transfer import run as run_transfer
+            cached, _ = teacher_logits_stored(teacher, DistillSet(corpus.train, corpus.transfer))
+            body = run_transfer(corpus, teacher, cached, seeds=tuple(args.seeds), steps=args.steps,
+                                log=lambda m: print(m, flush=True))
+        body["threads"] = torch.get_num_threads()
+        path = write_evidence(args.name, body, command=command, directory=args.dir)
         print(f"wrote {path}")
         return
     elif args.name == "fp16_regression":

@@ -10,7 +10,8 @@ teacher. This module measures that headroom, with the lessons' own recipes:
 prints (1) the order-free bag of words (``course_lib.core.bow``), (2) the stored teacher against
 the bar the converged students set (``data/evidence/student_ceiling.json``: every seed of the
 half-depth student trained from labels alone), (3) the
-1-layer student from scratch and (4) distilled on lesson 06's reference-run budget (3 seeds), (5) 8-bit vs
+1-layer student from scratch and (4) distilled, trained to convergence (lesson 06's committed
+``distillation_transfer`` evidence, which its live run replicates), (5) 8-bit vs
 2-bit per-channel weights (lesson 07), (6) lesson 00's one-epoch training run, and the
 regression model's error against predicting the mean (lesson 04). ``accuracy_by_rule`` is the
 breakdown lesson 00 shows: accuracy on reviews that exercise each rule of the corpus.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from course_lib.core.batching import make_loader
-from course_lib.core.data import RULES, Corpus, CorpusConfig, load_corpus
+from course_lib.core.data import RULES, CorpusConfig, load_corpus
 from course_lib.core.train import TrainConfig, evaluate, predict, train
 
 LENGTH_BINS = ((0, 40, "under 40 tokens"), (40, 100, "40-99 tokens"), (100, 10**9, "100+ tokens"))
@@ -73,10 +74,8 @@ class LessonRecipes:
     """The lessons' default knobs that the six figures depend on (kept equal to the notebooks'
     parameters cells by ``tests/test_bow_headroom.py``)."""
 
-    distill_steps: int = 800          # lesson 06's reference run (StudentRecipe.steps)
+    distill_steps: int = 3000         # lesson 06 STEPS (full): distill.transfer.RECIPE's steps
     distill_batch: int = 32           # lesson 06 BATCH
-    distill_lr: float = 2e-3          # lesson 06 LR
-    distill_seeds: tuple[int, ...] = (0, 1, 2)   # the first three of the reference run's seeds
     temperature: float = 2.0          # lesson 06 TEMPERATURE
     alpha: float = 0.5                # lesson 06 ALPHA
     first_run_preset: str = "student"  # lesson 00 TRAIN_PRESET
@@ -87,23 +86,22 @@ class LessonRecipes:
     reg_scale: float = 0.25           # lesson 04 CORPUS_SCALE (full)
 
 
-def student_runs(corpus: Corpus, teacher: torch.nn.Module, *, recipes: LessonRecipes,
-                 device: torch.device | str = "cpu") -> dict[str, list[float]]:
-    """The 1-layer student from scratch and distilled, per seed, with the reference run's
-    recipe (``distill.ladder.run_grid``, the function lesson 06 calls)."""
-    from course_lib.distill.losses import DistillSet, teacher_logits
-    from course_lib.distill.ladder import run_grid
-    from course_lib.distill.students import StudentRecipe
+def student_runs(*, recipes: LessonRecipes) -> dict[str, list[float]]:
+    """The 1-layer student from scratch (labels alone) and distilled (soft targets on the whole
+    transfer set), per seed, from lesson 06's committed ``distillation_transfer`` evidence;
+    ValueError if that evidence was trained with another recipe than the lesson's."""
+    from course_lib.distill import transfer
+    from course_lib.tools.evidence import load_evidence
 
-    dset = DistillSet(corpus.train, corpus.transfer)   # lesson 06: the transfer split unlabelled
-    cached = teacher_logits(teacher, dset, device=device)
-    recipe = StudentRecipe(steps=recipes.distill_steps, batch_size=recipes.distill_batch,
-                           lr=recipes.distill_lr, temperature=recipes.temperature,
-                           alpha=recipes.alpha)
-    runs = run_grid(corpus, teacher, cached, grid={"small": ("scratch", "distilled")},
-                    seeds=recipes.distill_seeds, recipe=recipe, device=device, progress=False)
-    return {arm: [r["test_accuracy"] for r in runs if r["arm"] == arm]
-            for arm in ("scratch", "distilled")}
+    ev = load_evidence("distillation_transfer")
+    r = ev["recipe"]
+    if (r["steps"], r["batch_size"], r["temperature"], r["alpha"]) != (
+            recipes.distill_steps, recipes.distill_batch, recipes.temperature, recipes.alpha):
+        raise ValueError(f"the distillation_transfer evidence was trained with steps {r['steps']}, batch "
+                         f"{r['batch_size']}, T {r['temperature']}, alpha {r['alpha']}: not lesson 06's recipe")
+    acc = transfer.from_evidence(ev)["accuracy"]
+    return {"scratch": list(acc["scratch", 0].values()),
+            "distilled": list(acc["soft", max(n for _, n in acc)].values())}
 
 
 def regression_ratio(*, recipes: LessonRecipes, seeds=(0, 1, 2)) -> tuple[float, float]:
@@ -158,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
            "target: above the converged students (python -m course_lib.tools.evidence student_ceiling)")
     print(f"2. teacher ({info['source']})        {teacher_acc:.2%}   ({bar}; "
           f"trained in {info.get('train_seconds', float('nan')):.0f} s)")
-    runs = student_runs(corpus, teacher, recipes=recipes)
+    runs = student_runs(recipes=recipes)
     sm, ss = statistics.mean(runs["scratch"]), statistics.stdev(runs["scratch"])
     dm, ds = statistics.mean(runs["distilled"]), statistics.stdev(runs["distilled"])
     gap = teacher_acc - sm

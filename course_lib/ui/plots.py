@@ -314,11 +314,12 @@ def bar_compare(names: Sequence[str], values: Sequence, *, ax, ylabel: str,
     ax.set_title(title + ("\n(error bars: 95% interval)" if has_err else ""))
 
 
-def training_curve(losses: Sequence[float], *, ax, label: str = "", smooth: int = 10) -> None:
+def training_curve(losses: Sequence[float], *, ax, label: str = "", smooth: int = 10,
+                   color: str | None = None) -> None:
     y = np.asarray(losses, dtype=float)
     if smooth > 1 and len(y) >= smooth:
         y = np.convolve(y, np.ones(smooth) / smooth, mode="valid")
-    ax.plot(np.arange(len(y)), y, label=label)
+    ax.plot(np.arange(len(y)), y, label=label, color=color)
     ax.set_xlabel("training step")
     ax.set_ylabel(f"loss (moving mean of {smooth})" if smooth > 1 else "loss")
 
@@ -335,8 +336,8 @@ def mask_picture(mask, *, ax, title: str = "") -> None:
 
 
 def sparsity_bars(report: Sequence[dict], *, ax, title: str = "") -> None:
-    """One bar per weight tensor of a ``pruning.sparsity_report``: its share of zeros (grey:
-    a tensor left unpruned)."""
+    """One bar per weight tensor of a ``pruning.sparsity_report``: its share of zeros; the
+    tensors left unpruned are named in the axis label (their bars, at 0, do not show)."""
     names = [r["name"].replace("blocks.", "L").replace("attn.", "").replace("ff.", "")
              .replace(".weight", "") for r in report]
     ax.bar(range(len(report)), [r["sparsity"] for r in report],
@@ -344,5 +345,6 @@ def sparsity_bars(report: Sequence[dict], *, ax, title: str = "") -> None:
     ax.set_xticks(range(len(report)), names, rotation=90, fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of weights that are zero")
-    ax.set_xlabel("weight tensor (grey: not pruned)")
+    unpruned = [n for n, r in zip(names, report) if not r["pruned"]]
+    ax.set_xlabel("weight tensor" + (f" (not pruned: {', '.join(unpruned)})" if unpruned else ""))
     ax.set_title(title)

@@ -1,0 +1,90 @@
+"""Is a DDP run steadier? What DDP changes is the global batch, so measure that (lesson 08).
+
+DDP with N ranks of batch b computes exactly what one process computes with batch N·b (the
+lesson's demonstration), so whatever stability "distributed training" brings is the stability
+of a larger global batch. ``run`` trains the lesson's small encoder with the worker's own
+recipe (``ddp.run_training``, AdamW) for the same steps at global batches b, 2b, 4b, 8b (what
+1, 2, 4 and 8 ranks would train), from several seeds, and records how much the training loss
+jumps from step to step and where validation accuracy ends. ``python -m
+course_lib.tools.evidence ddp_stability`` commits it; the lesson's own runs are one replicate.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import replace
+from typing import Callable
+
+__all__ = ["RECIPE_ARGS", "MULTIPLES", "loss_noise", "train_point", "run", "from_evidence"]
+
+# The worker's default optimizer (AdamW, lr 1e-3) on the easy task, which it learns in these
+# steps at every batch (96-99% validation accuracy at batch 16 and 64 in a probe); b = 16.
+RECIPE_ARGS = ["--task", "easy", "--batch-size", "16", "--d-model", "64", "--n-layers", "2",
+               "--steps", "150"]
+MULTIPLES = (1, 2, 4, 8)   # global batch / one device's batch: ranks, or accumulation steps
+
+
+def loss_noise(losses: list[float], *, tail: float = 0.5) -> float:
+    """How much the training loss jumps from step to step over the last ``tail`` of the run:
+    the standard deviation of successive differences divided by √2 (for independent noise of
+    standard deviation σ around a slowly moving level, successive differences have σ√2)."""
+    if not 0 < tail <= 1:
+        raise ValueError(f"tail must be in (0, 1], got {tail}")
+    last = losses[len(losses) - max(3, round(tail * len(losses))):]
+    if len(last) < 3:
+        raise ValueError(f"losses must hold at least 3 steps, got {len(losses)}")
+    return statistics.stdev(b - a for a, b in zip(last, last[1:])) / math.sqrt(2)
+
+
+def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS, threads: int = 0) -> dict:
+    """One single-process run at ``multiple`` × the recipe's batch (what that many DDP ranks
+    train), from ``seed``: its loss noise, last losses and validation accuracy."""
+    from course_lib.distributed.ddp import parse_args, run_training
+    from course_lib.distributed.setup import accuracy_of_params
+
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    cfg = parse_args([str(a) for a in args])[0]
+    t0 = time.perf_counter()
+    out = run_training(replace(cfg, batch_size=cfg.batch_size * multiple, seed=seed, threads=threads))
+    return {"multiple": multiple, "global_batch": cfg.batch_size * multiple, "seed": seed,
+            "steps": cfg.steps, "noise": loss_noise(out["losses"]),
+            "final_loss": statistics.fmean(out["losses"][-10:]),
+            "val_accuracy": accuracy_of_params(cfg, out["params"]),
+            "seconds": time.perf_counter() - t0, "losses": out["losses"]}
+
+
+def run(*, seeds: tuple[int, ...] = tuple(range(6)), multiples: tuple[int, ...] = MULTIPLES,
+        log: Callable[[str], None] = print) -> dict:
+    """``train_point`` for every multiple and seed."""
+    runs = []
+    for seed in seeds:
+        for k in multiples:
+            runs.append(train_point(k, seed))
+            r = runs[-1]
+            log(f"seed {seed}, global batch {r['global_batch']}: noise {r['noise']:.4f}, "
+                f"val {r['val_accuracy']:.3f}, {r['seconds']:.0f} s")
+    return {"recipe": {"args": RECIPE_ARGS, "multiples": list(multiples)}, "runs": runs}
+
+
+def from_evidence(evidence: dict) -> dict:
+    """The ``ddp_stability`` evidence reduced: ``"noise_ratio"`` {global batch: Ratio, the
+    geometric mean over seeds of its loss noise ÷ the same seed's at one device's batch},
+    ``"accuracy_change"`` {global batch: Estimate of its validation accuracy minus one
+    device's, points, paired by seed}, ``"base_batch"``, ``"seeds"``."""
+    from course_lib.measure.verdicts import geometric_mean, mean_and_se
+
+    by = {(r["multiple"], r["seed"]): r for r in evidence["runs"]}
+    base = {s: r for (k, s), r in by.items() if k == 1}
+    if not base:
+        raise ValueError("the evidence has no runs at one device's batch (multiple 1)")
+    ratio, change = {}, {}
+    for k in sorted({k for k, _ in by if k > 1}):
+        seeds = sorted(s for kk, s in by if kk == k and s in base)
+        gb = by[k, seeds[0]]["global_batch"]
+        ratio[gb] = geometric_mean([by[k, s]["noise"] / base[s]["noise"] for s in seeds])
+        change[gb] = mean_and_se([100 * (by[k, s]["val_accuracy"] - base[s]["val_accuracy"])
+                                  for s in seeds])
+    return {"noise_ratio": ratio, "accuracy_change": change, "seeds": len(base),
+            "base_batch": next(iter(base.values()))["global_batch"]}
