@@ -38,7 +38,8 @@ def test_from_evidence_pairs_each_arm_by_seed_against_a_hand_computation():
 def test_transfer_markdown_names_each_size_and_the_call():
     from course_lib.distill import transfer
     md = sr.transfer_markdown(transfer.from_evidence(_evidence()))
-    rows = md.splitlines()[2:]
+    rows = [line for line in md.splitlines()[2:] if line.startswith("|")]
+    assert "soft − hard is soft targets against scratch" in md
     assert [r.split("|")[1].strip() for r in rows] == ["0", "2,000", "12,000"]
     assert "+0.50 (a gain)" in rows[1]
     assert "-1.05 ± 0.64 (a loss)" in rows[2] and rows[0].endswith("– |")

@@ -103,9 +103,9 @@ def transfer_figure(reduced: dict, *, live: Mapping[tuple[str, int], float] | No
     ax.set_xlim(-0.4, len(sizes) - 0.6)
     ax.set_xlabel("transfer set: unlabelled reviews the teacher labels (besides the 4,000 labelled)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{NAMES[student]} student, trained to convergence: mean and 95% interval "
-                 f"over seeds{source}", fontsize=9)
-    ax.legend(frameon=False, fontsize=8, loc="center right")
+    ax.set_title(f"{NAMES[student]} student, 3,000 steps each: mean and 95% interval over "
+                 f"seeds{source}", fontsize=9)
+    ax.legend(frameon=False, fontsize=8, loc="lower right")
     return fig
 
 
@@ -120,4 +120,6 @@ def transfer_markdown(reduced: dict) -> str:
                     + (f"{sh:+.2f} ({call(sh)}) | " if sh else "– | ")
                     + (f"{hs:+.2f} ({call(hs)}) |" if hs else "– |"))
     return ("| transfer set (reviews) | hard labels (%) | soft targets (%) | soft − hard (points) "
-            "| hard − scratch (points) |\n|---|---|---|---|---|\n" + "\n".join(rows))
+            "| hard − scratch (points) |\n|---|---|---|---|---|\n" + "\n".join(rows)
+            + "\n\nWith no transfer reviews the hard labels are the 4,000 labels themselves (the scratch "
+            "student), so that row's soft − hard is soft targets against scratch.")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import torch
+
 from course_lib.core.model import EncoderClassifier, keep_layers
 
 __all__ = ["VARIANTS", "BUDGETS", "build_variant", "run", "from_evidence"]
@@ -57,6 +59,8 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
     split. Budget 0 is deterministic and run once (seed ``None``)."""
     from course_lib.core.batching import make_loader
     from course_lib.core.train import evaluate
+    from course_lib.measure.scoring import score
+    from course_lib.measure.verdicts import paired_accuracy_change
     from course_lib.pruning.masks import fine_tune
 
     if any(b < 0 for b in budgets):
@@ -64,6 +68,8 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
     test = make_loader(corpus.test, batch_size=64, shuffle=False)
     val = make_loader(corpus.val, batch_size=64, shuffle=False)
     baseline = baseline.eval()
+    labels = torch.tensor([r.label for r in corpus.test.reviews])
+    dense_correct = score(baseline, test, labels).correct
     runs = []
     for name in variants:
         for steps in budgets:
@@ -77,6 +83,9 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
                              "seconds": time.perf_counter() - t0,
                              "test_accuracy": evaluate(model, test)["accuracy"],
                              "val_accuracy": evaluate(model, val)["accuracy"]})
+                if not steps:   # one deterministic model: its noise is the test set's, paired
+                    e = paired_accuracy_change(dense_correct, score(model, test, labels).correct)
+                    runs[-1] |= {"paired_se": e.se, "paired_dof": e.dof}
                 log(f"{name} {steps} steps seed {seed}: test {runs[-1]['test_accuracy']:.4f}")
     return {"recipe": {"variants": dict((v, VARIANTS[v]) for v in variants),
                        "budgets": list(budgets), "batch_size": batch_size, "lr": FT_LR,
@@ -87,21 +96,24 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
 
 def from_evidence(evidence: dict) -> dict:
     """The ``pruning_budget`` evidence reduced: ``"change"`` {variant label: {steps: Estimate
-    of the test-accuracy change from the dense model, points, over seeds}} (budget 0: exact,
-    one deterministic run), ``"accuracy"`` {(variant, steps): [test accuracy per run]},
+    of the test-accuracy change from the dense model, points, over seeds}} (budget 0: one
+    deterministic model, with the test set's paired noise against the dense one), ``"accuracy"`` {(variant, steps): [test accuracy per run]},
     ``"dense"`` (the dense model's test accuracy), ``"seeds"`` (the number of seeds)."""
     from course_lib.measure.verdicts import Estimate, mean_and_se
 
     recipe = evidence["recipe"]
     dense = recipe["dense_test_accuracy"]
     acc: dict = {}
+    paired = {}
     for r in evidence["runs"]:
         acc.setdefault((r["variant"], r["steps"]), []).append(r["test_accuracy"])
+        if "paired_se" in r:
+            paired[r["variant"], r["steps"]] = (r["paired_se"], r["paired_dof"])
     change = {}
     for (name, steps), accs in acc.items():
         d = [100 * (a - dense) for a in accs]
         change.setdefault(recipe["variants"][name], {})[steps] = (
-            mean_and_se(d) if len(d) > 1 else Estimate(d[0], 0.0))
+            mean_and_se(d) if len(d) > 1 else Estimate(d[0], *paired.get((name, steps), (0.0, 1.0))))
     seeds = max(len(v) for v in acc.values())
     return {"change": change, "accuracy": acc, "dense": dense, "seeds": seeds,
             "budgets": recipe["budgets"]}
