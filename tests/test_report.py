@@ -77,6 +77,11 @@ def test_reference_run_is_stored_and_shown_beside_this_machine(tmp_path):
     path = save_run(gpu_dir, seconds={"04_mixed_precision": 61.23, "99_other": 1.0}, directory=store)
     assert path.name == "NVIDIA_Fake_100.json"
     assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2}   # only lessons it has
+    (gpu_dir / "05_pruning.json").write_text(json.dumps(
+        _payload("05_pruning", "cuda", 1.0, device_name="NVIDIA Fake 100")))
+    path = save_run(gpu_dir, seconds={"05_pruning": 9.04}, directory=store)     # report --only 05
+    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2, "05_pruning": 9.0}
+    (gpu_dir / "05_pruning.json").unlink()
     runs = load_runs(store)
     label = "NVIDIA Fake 100 (GPU, torch ?)"
     assert list(runs) == [label]

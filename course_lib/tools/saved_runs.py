@@ -43,7 +43,8 @@ def _machine(hardware: dict) -> dict:
 
 def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
              directory: Path = RUNS_DIR) -> Path:
-    """Store the results in ``results_dir`` as one reference run named after the machine.
+    """Store the results in ``results_dir`` as one reference run named after the machine;
+    ``seconds`` of lessons not run this time are kept from the stored run of that machine.
     Refuses an empty folder, smoke-mode results (their numbers mean little) and results from
     more than one machine."""
     results = load_results(results_dir)
@@ -61,8 +62,11 @@ def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
     hardware = max((r["hardware"] for r in results.values()), key=lambda h: h.get("threads") or 0)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{run_name(hardware)}.json"
+    # A run of some lessons (report --only) keeps the stored seconds of the others it still holds.
+    kept = json.loads(path.read_text()).get("seconds", {}) if path.exists() else {}
+    timed = {**kept, **{k: round(v, 1) for k, v in (seconds or {}).items()}}
     payload = {"hardware": hardware, "lessons": results,
-               "seconds": {k: round(v, 1) for k, v in (seconds or {}).items() if k in results}}
+               "seconds": {k: v for k, v in sorted(timed.items()) if k in results}}
     path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
     return path
 
