@@ -308,8 +308,8 @@ def bar_compare(names: Sequence[str], values: Sequence, *, ax, ylabel: str,
     bars = ax.bar(list(names), heights, color="#4C72B0",
                   yerr=list(zip(*errors)) if has_err else None, capsize=4 if has_err else 0)
     for b, h, (_, up) in zip(bars, heights, errors):
-        ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h + up),
-                    ha="center", va="bottom", fontsize=9)
+        ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h + up), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=9)
     ax.set_ylabel(ylabel)
     ax.set_title(title + ("\n(error bars: 95% interval)" if has_err else ""))
 
