@@ -60,3 +60,24 @@ def test_split_seconds_times_every_model_per_repeat_and_rejects_one_repeat():
     assert speedup(secs["b"], secs["a"]).dof == 1
     with pytest.raises(ValueError, match="repeats"):
         sr.split_seconds({"a": a}, corpus.test, repeats=1)
+
+
+def test_seeds_for_interval_solves_students_t_by_hand():
+    import math
+    from course_lib.measure.verdicts import seeds_for_interval, t_quantile
+    d = [1.0, 3.0]                      # sd = sqrt(2)
+    n = seeds_for_interval(d, 1.0)
+    assert t_quantile(0.975, n - 1) * math.sqrt(2) / math.sqrt(n) <= 1.0
+    assert t_quantile(0.975, n - 2) * math.sqrt(2) / math.sqrt(n - 1) > 1.0
+    assert n == 11                      # t(0.975, 10) = 2.228: 2.228 * 1.414 / 3.317 = 0.95
+    assert seeds_for_interval([2.0, 2.0], 1.0) == 2
+    with pytest.raises(ValueError, match="half_width"):
+        seeds_for_interval([1.0], 1.0)
+
+
+def test_from_evidence_gives_the_seeds_a_1_point_interval_needs():
+    from course_lib.distill import transfer
+    from course_lib.measure.verdicts import seeds_for_interval
+    red = transfer.from_evidence(_evidence())
+    assert red["seeds_for_1pt"][12000] == seeds_for_interval([-1.0, -1.1], 1.0) == 2
+    assert red["seeds_for_1pt"][0] == seeds_for_interval([0.5, 0.3], 1.0)

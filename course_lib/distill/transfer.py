@@ -108,10 +108,11 @@ def from_evidence(evidence: dict, student: str = "small") -> dict:
     """The ``distillation_transfer`` evidence reduced for one ``student``: ``"accuracy"``
     {(arm, n): {seed: test accuracy}}, ``"mean"`` {(arm, n): Estimate in %}, ``"soft_vs_hard"``
     {n: Estimate of soft minus hard (minus scratch where no hard cell was trained, as at n = 0),
-    points, paired by seed},
+    points, paired by seed}, ``"seeds_for_1pt"`` {n: seeds that difference would need for a 95%
+    interval of ± 1 point (``verdicts.seeds_for_interval``)},
     ``"hard_vs_scratch"`` {n: Estimate}, ``"gap"`` {(arm, n): Estimate of the student minus the
     teacher, points}, and ``"teacher"`` (its test accuracy)."""
-    from course_lib.measure.verdicts import mean_and_se
+    from course_lib.measure.verdicts import mean_and_se, seeds_for_interval
 
     acc: dict = {}
     for r in evidence["runs"]:
@@ -121,15 +122,19 @@ def from_evidence(evidence: dict, student: str = "small") -> dict:
         raise ValueError(f"the evidence has no runs of student {student!r}")
     teacher = evidence["recipe"]["teacher_test_accuracy"]
 
+    def differences(a, b):
+        return [100 * (acc[a][s] - acc[b][s]) for s in sorted(set(acc[a]) & set(acc[b]))]
+
     def paired(a, b):
-        seeds = sorted(set(acc[a]) & set(acc[b]))
-        return mean_and_se([100 * (acc[a][s] - acc[b][s]) for s in seeds])
+        return mean_and_se(differences(a, b))
 
     sizes = sorted({n for _, n in acc})
     hard = {n: ("hard", n) if ("hard", n) in acc else ("scratch", 0) for n in sizes}
+    soft_pairs = {n: differences(("soft", n), hard[n]) for n in sizes if ("soft", n) in acc}
     return {"accuracy": acc, "teacher": teacher, "sizes": sizes,
             "mean": {k: mean_and_se([100 * a for a in v.values()]) for k, v in acc.items()},
             "gap": {k: mean_and_se([100 * (a - teacher) for a in v.values()]) for k, v in acc.items()},
-            "soft_vs_hard": {n: paired(("soft", n), hard[n]) for n in sizes if ("soft", n) in acc},
+            "soft_vs_hard": {n: mean_and_se(d) for n, d in soft_pairs.items()},
+            "seeds_for_1pt": {n: seeds_for_interval(d, 1.0) for n, d in soft_pairs.items() if len(d) > 1},
             "hard_vs_scratch": {n: paired(("hard", n), ("scratch", 0)) for n in sizes
                                 if ("hard", n) in acc}}

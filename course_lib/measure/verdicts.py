@@ -235,6 +235,19 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Est
     return Ratio(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
 
 
+def seeds_for_interval(differences: list[float], half_width: float) -> int:
+    """How many seeds a mean of paired differences needs for its 95% interval (Student's t,
+    seeds - 1 degrees of freedom) to be ± ``half_width``, at the spread of ``differences``:
+    the power a replicated comparison would need to resolve that difference."""
+    if len(differences) < 2 or not half_width > 0:
+        raise ValueError("differences must hold at least 2 values and half_width must be > 0")
+    sd = statistics.stdev(differences)
+    n = 2
+    while t_quantile(0.975, n - 1) * sd / math.sqrt(n) > half_width:
+        n += 1
+    return n
+
+
 def geometric_mean(ratios: list[float]) -> Estimate:
     """Geometric mean of positive ratios with the delta-method standard error (see ``speedup``);
     one ratio has an infinite standard error, identical ratios a zero one."""
