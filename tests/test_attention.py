@@ -138,14 +138,12 @@ def test_memory_model_matches_hand_computation():
     assert sdpa.peak_extra < est.peak_extra / 100
     with pytest.raises(ValueError, match="method"):
         M.predict_memory(method="fast", batch=1, heads=1, length=4, head_dim=4)
-    # recomputation: one band of 128 query rows x 4096 keys (scores, probabilities) + 6 A, by hand
-    rc = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64, backward=True,
-                          recompute=True)
-    assert rc.peak_extra == 2 * 8 * 128 * 4096 * 4 + 6 * 8 * 4096 * 64 * 4
+    # FlashAttention's backward: 5 A, one log-sum-exp per row and four 128 x 128 tiles, by hand
+    fl = M.predict_memory(method="flash", batch=1, heads=8, length=4096, head_dim=64, backward=True)
+    assert fl.peak_extra == 5 * 8 * 4096 * 64 * 4 + 8 * 4096 * 4 + 4 * 8 * 128 * 128 * 4
     saved = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64, backward=True)
-    assert rc.peak_extra < saved.peak_extra / 5
-    with pytest.raises(ValueError, match="recompute"):
-        M.predict_memory(method="sdpa", batch=1, heads=1, length=4, head_dim=4, recompute=True)
+    assert saved.peak_extra == 2 * 512 * 2**20 + (4096 // 128 + 5) * 8 * 4096 * 64 * 4
+    assert fl.peak_extra < saved.peak_extra / 30
     with pytest.raises(ValueError, match="length"):
         M.score_matrix_bytes(1, 1, 0)
 
@@ -235,10 +233,30 @@ def test_lookups_find_the_row_or_case_asked_for_and_name_what_is_missing():
         ms_at(rows, method="tiled", length=64)
     base = dict(batch=2, heads=4, head_dim=16, block_size=32)
     cases = [dict(base, method="tiled", length=128), dict(base, method="tiled", length=128, backward=True),
-             dict(base, method="tiled", length=128, backward=True, recompute=True)]
+             dict(base, method="flash", length=128, backward=True)]
     assert peak_of(cases, [10, 20, 30], method="tiled", length=128, backward=True) == 20
-    assert peak_of(cases, [10, 20, 30], method="tiled", length=128, backward=True, recompute=True) == 30
+    assert peak_of(cases, [10, 20, 30], method="flash", length=128, backward=True) == 30
     with pytest.raises(KeyError, match="window=8"):
         peak_of(cases, [10, 20, 30], method="tiled", length=128, window=8)
-    assert predict_case(cases[2]) == predict_memory(method="tiled", batch=2, heads=4, length=128, head_dim=16,
-                                                    backward=True, block_size=32, recompute=True)
+    assert predict_case(cases[2]) == predict_memory(method="flash", batch=2, heads=4, length=128, head_dim=16,
+                                                    backward=True, block_size=32)
+
+
+def test_tiled_backward_model_counts_what_autograd_saves():
+    """The model's saved term, 2 S + (L/block) A for the tiles and running sums, against
+    saved_tensors_hooks' count (within two A for the scaled queries and running maxima)."""
+    from course_lib.attention.memory import predict_memory
+    for length in (512, 1024):
+        q, k, v = (torch.randn(1, 4, length, 64, requires_grad=True) for _ in range(3))
+        seen = {}
+
+        def pack(t):
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            A.tiled_attention(q, k, v, block_size=128)
+        saved = sum(seen.values()) - 3 * q.numel() * 4                  # beyond the inputs
+        est = predict_memory(method="tiled", batch=1, heads=4, length=length, head_dim=64, backward=True)
+        a = est.activations
+        model_saved = 2 * est.score_matrix + (length // 128) * a
+        assert model_saved <= saved <= model_saved + 2 * a, (saved, model_saved)

@@ -73,15 +73,18 @@ def test_each_kind_of_layout_problem_is_caught(case, expect):
     assert any(expect in p for p in layout_problems(fig)), layout_problems(fig)
 
 
-def test_tidy_labels_a_base_2_log_axis_with_plain_numbers():
+def test_tidy_labels_log_axes_with_plain_numbers():
     fig, ax = new_figure()
-    ax.plot([64, 256, 1024], [1, 2, 3])
+    ax.plot([64, 256, 1024], [0.2, 0.5, 3])
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")                       # base 10 keeps its own labels
+    ax.set_yscale("log")
     tidy(fig)
     labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert "256" in labels and not any("^" in t for t in labels)
-    assert any("10^" in t.get_text() or "10^{" in t.get_text() for t in ax.get_yticklabels())
+    ys = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True) if t.get_text()]
+    assert "1" in ys and "0.2" in ys and not any("^" in t for t in ys), ys   # not 10^0, 2 x 10^-1
+    unlabelled = [t for t in ax.get_yticklabels(minor=True) if not t.get_text()]
+    assert unlabelled, "minor ticks the default would leave bare stay bare (7, 8, 9 x 10^-1)"
 
 
 def test_bar_compare_draws_an_estimates_interval_and_plain_numbers_without_one():

@@ -17,11 +17,13 @@ and survives; sharp attention (each query on a few keys) is full rank and does n
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 
 __all__ = ["pooling", "lowrank_attention", "relative_error", "effective_rank",
-           "attention_flops", "sharpness_sweep"]
+           "attention_flops", "sharpness_sweep", "pooled_attention", "accuracy_over_pooling", "tradeoff_figure"]
 
 
 def pooling(length: int, rank: int, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -79,15 +81,124 @@ def attention_flops(*, length: int, head_dim: int, rank: int | None = None) -> i
 
 def sharpness_sweep(scales, *, length: int, heads: int, head_dim: int, rank: int,
                     generator: torch.Generator) -> list[dict]:
-    """For each score scale (queries and keys drawn N(0, scale²): larger means sharper
-    attention), the attention matrices' effective rank and the relative error of pooled low-rank
-    attention at ``rank`` against exact attention, on the same random inputs."""
+    """For each scale ``s`` (queries and keys drawn N(0, s²), so the scores spread as s²: larger
+    means sharper attention), the attention matrices' effective rank, the mean largest weight a
+    query gives one key (1/L when uniform, 1 when it looks at one key) and the relative error of
+    pooled low-rank attention at ``rank`` against exact attention, on the same random inputs."""
     rows = []
     pool = pooling(length, rank)
     for s in scales:
         q, k = (s * torch.randn(1, heads, length, head_dim, generator=generator) for _ in range(2))
         v = torch.randn(1, heads, length, head_dim, generator=generator)
         exact = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        probs = (q @ k.transpose(-2, -1) / math.sqrt(head_dim)).softmax(-1)
         rows.append({"scale": float(s), "effective_rank": effective_rank(q, k),
+                     "top_weight": float(probs.amax(-1).mean()),
                      "error": relative_error(lowrank_attention(q, k, v, pool, pool), exact)})
     return rows
+
+
+@contextmanager
+def pooled_attention(model, *, factor: int):
+    """Inside the block, every attention layer of the course's encoder (``core.model``) attends
+    to its keys and values pooled to ``ceil(L / factor)`` segment means, with the ALiBi bias
+    pooled the same way (query ``i``'s bias to a segment is its mean bias to the segment's
+    keys); ``factor=1`` is exact attention. Batches must hold no padding (a padded key would be
+    averaged into a segment): ``accuracy_over_pooling`` groups reviews of one length."""
+    if not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"factor must be an integer >= 1, got {factor!r}")
+    from course_lib.core.model import Attention, alibi_bias, apply_rotary
+
+    def forward(self, x, mask, *, rope=None):
+        if mask is not None and not bool(mask.all()):
+            raise ValueError("pooled attention needs batches without padding (mask all True)")
+        B, L, _ = x.shape
+        q, k, v = (t.view(B, L, self.n_heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        e = pooling(L, -(-L // factor), dtype=x.dtype).to(x.device)        # (rank, L)
+        scores = q @ (e @ k).transpose(-2, -1) / math.sqrt(q.shape[-1])    # (B, H, L, rank)
+        if self.alibi:
+            scores = scores + alibi_bias(L, self.slopes).to(x.dtype) @ e.T
+        y = scores.softmax(dim=-1) @ (e @ v)
+        return self.proj(y.transpose(1, 2).reshape(B, L, -1))
+
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
+    for m in layers:
+        m.forward = forward.__get__(m)
+    try:
+        yield model
+    finally:
+        for m in layers:
+            del m.forward                        # back to the class's own forward
+
+
+def accuracy_over_pooling(model, dataset, factors, *, min_length: int = 64,
+                          batch_size: int = 64) -> dict:
+    """Test accuracy of ``model`` with its attention pooled by each factor (``pooled_attention``)
+    on the reviews of ``dataset`` with at least ``min_length`` tokens, batched by exact length
+    (no padding). Returns ``{"n", "lengths", "correct": {factor: [bool per review]}}``;
+    ``verdicts.paired_accuracy_change(correct[1], correct[f])`` is the change from exact."""
+    if not isinstance(min_length, int) or min_length < 1:
+        raise ValueError(f"min_length must be an integer >= 1, got {min_length!r}")
+    groups = defaultdict(list)
+    for i in range(len(dataset)):
+        item = dataset[i]
+        if len(item["input_ids"]) >= min_length:
+            groups[len(item["input_ids"])].append(item)
+    if not groups:
+        raise ValueError(f"no review of {min_length} tokens or more in the dataset")
+    factors = sorted(set([1, *factors]))
+    correct = {f: [] for f in factors}
+    lengths = []
+    model.eval()
+    with torch.inference_mode():
+        for length, items in sorted(groups.items()):
+            for s in range(0, len(items), batch_size):
+                chunk = items[s:s + batch_size]
+                ids = torch.stack([torch.as_tensor(it["input_ids"]) for it in chunk])
+                labels = torch.as_tensor([int(it["label"]) for it in chunk])
+                lengths += [length] * len(chunk)
+                for f in factors:
+                    with pooled_attention(model, factor=f):
+                        pred = model(ids).argmax(-1)
+                    correct[f] += (pred == labels).tolist()
+    return {"n": len(lengths), "lengths": lengths, "correct": correct}
+
+
+def tradeoff_figure(time_ratio: dict, accuracy_change: dict, *, learner: int, length: int,
+                    threshold: float = 0.5, device: str = "cpu"):
+    """Left: low-rank attention's time ÷ dense SDPA's over the pooling factor (``Ratio``
+    estimates, log scale) with the claim's bar; right: the trained model's accuracy change (points,
+    ``Estimate``) at the same factors. The learner's factor is ringed on both."""
+    from course_lib.ui.plots import new_figure
+
+    fig, (ax, ax2) = new_figure(2, width=4.8, height=3.6)
+    fs = sorted(time_ratio)
+    ax.errorbar(fs, [time_ratio[f].value for f in fs],
+                yerr=list(zip(*(time_ratio[f].errors for f in fs))), fmt="o-", capsize=3)
+    ax.axhline(threshold, ls="--", color="k", lw=1)
+    ax.annotate(f"claim: ≤ {threshold:g}", (fs[0], threshold), textcoords="offset points",
+                xytext=(2, 4), fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("pooling factor (rank = L / factor)")
+    ax.set_ylabel("time ÷ dense SDPA's (×)")
+    ax.set_title(f"Time at L = {length:,} ({device}, FP32)", fontsize=10)
+    fa = sorted(accuracy_change)
+    ax2.errorbar(fa, [accuracy_change[f].value for f in fa],
+                 yerr=[accuracy_change[f].half_width for f in fa], fmt="o-", color="#C44E52",
+                 capsize=3)
+    ax2.axhline(0, ls=":", color="#8C8C8C", lw=1)
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("pooling factor (rank = L / factor)")
+    ax2.set_ylabel("test accuracy change (points)")
+    ax2.set_title("The trained model, every layer pooled", fontsize=10)
+    for a, d in ((ax, time_ratio), (ax2, accuracy_change)):
+        if learner in d:
+            a.plot([learner], [d[learner].value], "s", ms=12, mfc="none", mec="k",
+                   label="your default")
+        a.set_xticks(fs, [str(f) for f in fs])
+        a.legend(frameon=False, fontsize=8, loc="best")
+    return fig

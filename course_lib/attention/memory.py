@@ -17,12 +17,16 @@ import torch
 
 from course_lib.measure import bench
 from course_lib.measure.verdicts import Estimate, speedup
+from course_lib.attention.flash import flash_attention
 from course_lib.attention.sdpa import ATTENTION_FUNCTIONS, sliding_window_mask
 
 __all__ = ["score_matrix_bytes", "MemoryEstimate", "predict_memory", "attention_case",
            "measure_peaks", "cuda_peak", "sweep"]
 
-METHODS = tuple(ATTENTION_FUNCTIONS)
+TIMED = tuple(ATTENTION_FUNCTIONS)   # what ``sweep`` times by default: naive, sdpa, tiled
+# ... and the course's FlashAttention (forward + log-sum-exp, backward from it), measured for memory
+FUNCTIONS = {**ATTENTION_FUNCTIONS, "flash": flash_attention}
+METHODS = tuple(FUNCTIONS)
 DTYPES = ("float32", "float16", "bfloat16")   # by name: cases cross process boundaries as JSON
 
 
@@ -63,7 +67,7 @@ class MemoryEstimate:
 
 def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim: int,
                    backward: bool = False, causal: bool = False, bytes_per_element: int = 4,
-                   block_size: int = 128, recompute: bool = False) -> MemoryEstimate:
+                   block_size: int = 128) -> MemoryEstimate:
     """The memory model of the lesson (counts of live tensors, not allocator details).
 
     * naive, forward: scores and probabilities, ``2 S``, plus the output ``A``;
@@ -72,20 +76,23 @@ def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim
     * sdpa (a fused flash kernel): the output and one log-sum-exp per row, ``A + B*H*L*4``;
       backward adds the output gradient, the gradients of q, k, v and the kernel's
       accumulators, ``6 A`` in all. No term in ``L^2``.
-    * tiled (plain torch): two tiles of ``block x block`` per (batch, head), the output
-      blocks, their concatenation, the scaled query blocks and the running sums (``4 A``).
+    * tiled (plain torch): two tiles of ``block x block`` per (batch, head), the list of output
+      blocks and their concatenation (``2 A``; a block's scaled queries and running sums are
+      freed with it).
       Under autograd each computed tile's scores and probabilities stay saved (``2 S``,
-      halved when causal skips the upper tiles), unless ``recompute=True``: then the backward
-      pass recomputes one band of ``block`` query rows at a time, whose scores and probabilities
-      (``block x L`` each) are live with the output, its gradient, the gradients of q, k, v and
-      the running sums: ``2 bands + 6 A``.
+      halved when causal skips the upper tiles), and so does the running ``P V`` sum before
+      every key block (``L / block`` tensors of ``A``'s size in all, counted with
+      ``torch.autograd.graph.saved_tensors_hooks``), beside the output, the scaled queries and the
+      gradients of q, k, v: ``2 S + (L/block + 5) A``.
+    * flash (``course_lib.attention.flash``): forward like SDPA's kernel, the output, one
+      log-sum-exp per row and two tiles; backward adds the gradients of q, k, v, the product
+      ``dO * O`` summed into ``D`` and four tiles (scores, probabilities and their gradients):
+      ``5 A + B*H*L*4 + 4 tiles``. Nothing in ``L^2``: the tiles are recomputed from the
+      log-sum-exp.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     _positive(head_dim=head_dim, block_size=block_size)
-    if recompute and not (method == "tiled" and backward):
-        raise ValueError("recompute=True applies only to method='tiled' with backward=True, got "
-                         f"method={method!r}, backward={backward}")
     s = score_matrix_bytes(batch, heads, length, bytes_per_element=bytes_per_element)
     a = batch * heads * length * head_dim * bytes_per_element
     if method == "naive":
@@ -93,16 +100,20 @@ def predict_memory(*, method: str, batch: int, heads: int, length: int, head_dim
     elif method == "sdpa":
         lse = batch * heads * length * 4
         peak, text = (6 * a + lse, "6 A + B·H·L·4") if backward else (a + lse, "A + B·H·L·4")
+    elif method == "flash":
+        lse = batch * heads * length * 4
+        tile = batch * heads * min(block_size, length) ** 2 * 4
+        peak, text = ((5 * a + lse + 4 * tile, "5 A + B·H·L·4 + 4 tiles (recomputed)") if backward
+                      else (a + lse + 2 * tile, "A + B·H·L·4 + 2 tiles"))
     else:
         tile = batch * heads * min(block_size, length) ** 2 * bytes_per_element
-        if backward and recompute:
-            band = batch * heads * min(block_size, length) * length * bytes_per_element
-            peak, text = 2 * band + 6 * a, "2 bands (block × L) + 6 A (recomputed)"
-        elif backward:
+        if backward:
             saved = s if causal else 2 * s
-            peak, text = saved + 5 * a, ("S" if causal else "2 S") + " + 5 A (every tile saved)"
+            sums = -(-length // block_size) + 5
+            peak, text = (saved + sums * a, ("S" if causal else "2 S")
+                          + " + (L/block + 5) A (every tile and running sum saved)")
         else:
-            peak, text = 2 * tile + 4 * a, "2 tiles + 4 A"
+            peak, text = 2 * tile + 2 * a, "2 tiles + 2 A"
     return MemoryEstimate(method, s, a, peak, text)
 
 
@@ -117,7 +128,7 @@ def _inputs(batch: int, heads: int, length: int, head_dim: int, *, seed: int,
 
 def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim: int,
                    causal: bool = False, backward: bool = False, window: int | None = None,
-                   block_size: int = 128, recompute: bool = False, threads: int | None = None,
+                   block_size: int = 128, threads: int | None = None,
                    seed: int = 0, device: str = "cpu", dtype: str = "float32",
                    prepare: bool = False):
     """One attention call on random inputs on ``device`` in ``dtype`` (a name from ``DTYPES``);
@@ -133,13 +144,17 @@ def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim
     if threads is not None:
         _positive(threads=threads)
         torch.set_num_threads(threads)
-    fn, dev, dt = ATTENTION_FUNCTIONS[method], torch.device(device), _dtype(dtype)
+    fn, dev, dt = FUNCTIONS[method], torch.device(device), _dtype(dtype)
     q, k, v = _inputs(batch, heads, length, head_dim, seed=seed, requires_grad=backward,
                       device=dev, dtype=dt)
     mask = None if window is None else sliding_window_mask(length, window=window, device=dev)
-    kw = {"mask": mask, "is_causal": causal}
+    if method == "flash" and mask is not None:
+        raise ValueError("method='flash' takes no window mask (it skips only causal tiles)")
+    kw = {"is_causal": causal} if method == "flash" else {"mask": mask, "is_causal": causal}
     if method == "tiled":
-        kw.update(block_size=block_size, recompute=recompute)
+        kw.update(block_size=block_size)
+    elif method == "flash":
+        kw.update(block_q=block_size, block_k=block_size)
 
     def run() -> None:
         if backward:   # the gradients of q, k and v, as a training step would compute them
@@ -150,7 +165,7 @@ def attention_case(*, method: str, batch: int, heads: int, length: int, head_dim
 
     if prepare:
         tiny = torch.randn(1, 1, 8, head_dim, device=dev, dtype=dt, requires_grad=backward)
-        tkw = dict(kw, mask=None)
+        tkw = {key: val for key, val in kw.items() if key != "mask"}
         if backward:                                          # start threads, load kernels
             torch.autograd.grad(fn(tiny, tiny, tiny, **tkw).sum(), tiny)
         else:
@@ -187,7 +202,7 @@ def cuda_peak(case: dict) -> int:
     return bench.cuda_peak_memory(run, device)
 
 
-def sweep(lengths: list[int], *, methods: tuple[str, ...] = METHODS, batch: int = 1,
+def sweep(lengths: list[int], *, methods: tuple[str, ...] = TIMED, batch: int = 1,
           heads: int = 8, head_dim: int = 64, causal: bool = False, backward: bool = False,
           warmup: int = 1, repeats: int | dict[int, int] = 3, seed: int = 0,
           block_size: int = 128, device: str = "cpu", dtype: str = "float32",
@@ -247,17 +262,16 @@ def predict_case(case: dict) -> MemoryEstimate:
     """``predict_memory`` for one ``measure_peaks`` case (its method, shape and options)."""
     return predict_memory(method=case["method"], batch=case["batch"], heads=case["heads"],
                           length=case["length"], head_dim=case["head_dim"],
-                          backward=case.get("backward", False), block_size=case["block_size"],
-                          recompute=case.get("recompute", False))
+                          backward=case.get("backward", False), block_size=case["block_size"])
 
 
 def peak_of(cases: list[dict], peaks: list[int], *, method: str, length: int,
-            backward: bool = False, recompute: bool = False, window: int | None = None) -> int:
+            backward: bool = False, window: int | None = None) -> int:
     """The measured peak (bytes) of the case with these settings, from ``measure_peaks``'s
     cases and results."""
     for c, p in zip(cases, peaks, strict=True):
-        if (c["method"], c["length"], c.get("backward", False), c.get("recompute", False),
-                c.get("window")) == (method, length, backward, recompute, window):
+        if (c["method"], c["length"], c.get("backward", False),
+                c.get("window")) == (method, length, backward, window):
             return p
     raise KeyError(f"no case measured for method={method!r}, length={length}, backward={backward}, "
-                   f"recompute={recompute}, window={window}")
+                   f"window={window}")

@@ -36,9 +36,17 @@ def tidy(fig: Figure) -> None:
     renderer = canvas.get_renderer()
 
     for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):   # a base-2 log axis reads 64, 128, not 2^6, 2^7
-            if axis.get_scale() == "log" and getattr(axis._scale, "base", 10) == 2:
+        for axis in (ax.xaxis, ax.yaxis):   # a log axis reads 64, 128 and 0.5, not 2^6 or 5 x 10^-1
+            if axis.get_scale() != "log":
+                continue
+            if getattr(axis._scale, "base", 10) == 2:
                 axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+                continue
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                shown = get()                  # it decides which ticks get a label at all
+                if not isinstance(shown, FuncFormatter):
+                    put(FuncFormatter(lambda v, pos, shown=shown: f"{v:,g}" if shown(v, pos) else ""))
     canvas.draw()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):   # a log axis labels its minor ticks too: 2, 3, 4 x 10^k
