@@ -83,3 +83,13 @@ def test_eager_alone_and_payback_by_hand():
     assert CT.payback_calls(2.0, 0.010, 0.012) is None
     with pytest.raises(ValueError, match="positive"):
         CT.payback_calls(1.0, 0.0, 0.1)
+
+
+def test_fresh_inductor_cache_points_inductor_at_an_empty_directory_and_puts_it_back(monkeypatch):
+    import os
+
+    from course_lib.optim.compile import fresh_inductor_cache
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/somewhere_else")
+    with fresh_inductor_cache() as path:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == path and os.listdir(path) == []
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/somewhere_else" and not os.path.exists(path)

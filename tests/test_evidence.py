@@ -81,6 +81,14 @@ def test_the_committed_evidence_is_complete():
                 seeds.setdefault(r["multiple"], set()).add(r["seed"])
             assert set(seeds) == set(e["recipe"]["multiples"]) and 1 in seeds
             assert len({frozenset(s) for s in seeds.values()}) == 1 and len(seeds[1]) >= 5
+        elif name == "optimizer_race":   # every budget and grid point, the same seeds
+            seeds = {}
+            for r in e["runs"]:
+                seeds.setdefault((r["budget"], r["spec"]), set()).add(r["seed"])
+            grid = e["setup"]["grid"]
+            assert set(seeds) == {(b, f"{n}@{lr:g}") for b in e["budgets"] for n, lrs in grid.items() for lr in lrs}
+            assert len({frozenset(s) for s in seeds.values()}) == 1 and len(next(iter(seeds.values()))) >= 4
+            assert all(len(r["test"]) == len(r["val"]) == len(r["steps"]) for r in e["runs"])
         else:
             assert all(r["val_curve"] for r in e["runs"])
 

@@ -147,9 +147,12 @@ def attention_half_length(cfg: EncoderConfig) -> int:
 
 
 def forward_flops(cfg: EncoderConfig, *, batch: int, length: int) -> float:
-    """FLOPs of one forward pass over ``batch`` sequences of ``length`` tokens (all layers and
-    the head; the embedding lookup does no arithmetic)."""
-    layer = sum(op.flops for op in encoder_layer_ops(cfg, batch=batch, length=length))
+    """Matmul FLOPs of one forward pass over ``batch`` sequences of ``length`` tokens (every
+    layer's projections, Q·Kᵀ and weights·V, and the head): the convention MFU is quoted in
+    (PaLM, Chowdhery et al. 2022, appendix B), which leaves out softmax, norms and activations,
+    the work a matmul peak does not measure."""
+    ops = encoder_layer_ops(cfg, batch=batch, length=length)
+    layer = sum(op.flops for op in ops if op.name in LINEAR_MATMULS + ATTENTION_MATMULS)
     return cfg.n_layers * layer + 2.0 * batch * cfg.d_model * cfg.n_outputs
 
 

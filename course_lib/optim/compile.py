@@ -60,6 +60,29 @@ def compile_or_eager(fn: Callable, example_args: Sequence, *, dynamic: bool | No
     return Compiled(cfn, True, "compiled", seconds)
 
 
+@contextlib.contextmanager
+def fresh_inductor_cache():
+    """Inductor's on-disk cache pointed at a new, empty directory for the block (and put back
+    after): a first compile inside is *cold*, whatever this machine compiled before. Without it
+    the first call's time depends on the cache in ``TORCHINDUCTOR_CACHE_DIR`` (by default under
+    the temp directory), which a previous run of the same model has filled."""
+    import os
+    import shutil
+    import tempfile
+
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    path = tempfile.mkdtemp(prefix="course_inductor_")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _timed(first: Callable[[Callable], object], fn: Callable, device: torch.device | str) -> float:
     """Seconds of ``first(fn)``, the device synchronized before and after (a GPU call returns
     when its work is queued, not done)."""

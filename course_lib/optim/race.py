@@ -86,7 +86,7 @@ class RaceSetup:
 def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[int], object],
                val_loader, *, specs: dict[str, dict], seeds: Sequence[int] = (0, 1),
                epochs: int = 1, max_steps: int | None = None, eval_every: int = 10,
-               device="cpu", progress: bool = False, score_loader=None,
+               device="cpu", progress: bool = False, score_loader=None, grad_clip: float = 0.0,
                on_run: Callable[[RunResult], None] | None = None) -> list[RunResult]:
     """Train a fresh model per (optimizer, seed) with the same data, schedule and step budget.
 
@@ -97,6 +97,9 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
     Accuracy on ``val_loader`` (and ``score_loader``, if given) is measured every
     ``eval_every`` steps and at the end; the clock stops while it is measured. ``progress``
     shows one bar over the runs (a bar per run would leave dozens behind in the notebook).
+    ``grad_clip`` (max gradient norm, 0: off) is off by default: a clip at 1.0 caps plain SGD's
+    step near its learning rate while Adam's normalised step hardly notices it, so a clip
+    shared by every arm would decide the race for Adam.
     """
     if not specs:
         raise ValueError("specs must name at least one optimizer")
@@ -133,7 +136,8 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
 
             clock["t0"] = time.perf_counter()
             res.history = train(model, make_loader(seed), device=device, optimizer=opt,
-                                cfg=TrainConfig(epochs=epochs, lr=min(kw["lr"], 0.5), seed=seed),
+                                cfg=TrainConfig(epochs=epochs, lr=min(kw["lr"], 0.5), seed=seed,
+                                                grad_clip=grad_clip),
                                 callback=callback, max_steps=max_steps, progress=False)
             n_steps = len(res.history.step_loss)
             if not res.curve_steps or res.curve_steps[-1] != n_steps:

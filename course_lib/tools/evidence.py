@@ -15,6 +15,7 @@ rests on.
     python -m course_lib.tools.evidence pruning_budget --seeds 0 1 2 3            # ~40 min
     python -m course_lib.tools.evidence distillation_transfer --seeds 0 1 2 3     # ~60 min
     python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5         # ~8 min
+    python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -46,6 +47,10 @@ distillation: what soft targets add, and what initialisation adds, each on its o
 ``ddp_stability`` trains lesson 08's encoder at one device's batch and at 2, 4 and 8 times it
 (what that many DDP ranks train, ``distributed.stability``) from several seeds: how much
 steadier the loss gets, and whether accuracy changes, as the global batch grows.
+
+``optimizer_race`` runs lesson 10's race (``optim.race_budget``) at budgets of 64 and 256
+steps, every optimizer over a learning-rate grid wide enough to hold its best, without gradient
+clipping, from several seeds: whether Adam-type optimizers converge faster, budget by budget.
 """
 from __future__ import annotations
 
@@ -68,7 +73,7 @@ from course_lib.distill.students import build_student
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
-            "pruning_budget", "distillation_transfer", "ddp_stability")
+            "pruning_budget", "distillation_transfer", "ddp_stability", "optimizer_race")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -247,6 +252,13 @@ def main(argv: list[str] | None = None) -> None:
     elif args.name == "sorted_batching":
         path = write_evidence(args.name, sorted_batching(corpus, seeds=tuple(args.seeds)),
                               command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "optimizer_race":
+        from course_lib.optim.race_budget import run as run_race
+        body = run_race(seeds=tuple(args.seeds), workers=2, log=lambda m: print(m, flush=True))
+        body["threads"] = torch.get_num_threads()
+        path = write_evidence(args.name, body, command=command, directory=args.dir)
         print(f"wrote {path}")
         return
     elif args.name == "ddp_stability":
