@@ -170,15 +170,16 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
 
 def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rungs: int,
                              where: str):
-    """The verdict on "optimizations keep accuracy": the model with every rung stacked against
-    the baseline, paired over the test reviews (both score the same reviews, so only those on
+    """The verdict on "optimizations keep accuracy": the teacher with every rung that keeps it
+    stacked (the distilled student is another model), against the baseline, paired over the test
+    reviews (both score the same reviews, so only those on
     which they disagree carry noise)."""
     from course_lib.measure.claims import judge
     from course_lib.measure.verdicts import paired_accuracy_change
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
     return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,
-                 evidence=f"all {n_rungs} rungs stacked ({top_name}): {e:+.2f} "
+                 evidence=f"the {n_rungs} rungs that keep the teacher, stacked ({top_name}): {e:+.2f} "
                           f"points against the baseline, paired over {len(base_correct):,} "
                           f"test reviews, {where}")
 
