@@ -275,3 +275,20 @@ def test_the_zoo_serves_the_stored_student_for_the_stored_teacher(trained):
                      settings=dataclasses.replace(SMOKE, train_student=True))
     again.model(ladder.Rung("s", distill=True))
     assert again.student_source.startswith("distilled here")
+
+
+def test_the_bucketed_test_set_is_timed_in_strata_and_scored_on_all_of_it(smoke_run):
+    """The costliest batches (half the padded tokens) in full, every k-th of the rest scaled by
+    padded tokens: the strata cover the set's tokens exactly; accuracy still sees every review."""
+    zoo, inputs, rows, points = smoke_run
+    rung = ladder.Rung("b", bucketing=True)
+    full = list(M.test_loader(zoo, inputs, rung))
+    strata = M.timed_strata(zoo, inputs, rung)
+    tokens = lambda b: b["input_ids"].numel()
+    assert sum(f * sum(map(tokens, part)) for part, f in strata) == pytest.approx(sum(map(tokens, full)))
+    top = strata[0][0]
+    assert strata[0][1] == 1.0 and 2 * sum(map(tokens, top)) >= sum(map(tokens, full))
+    assert sorted(map(tokens, top)) == sorted(map(tokens, full))[len(full) - len(top):]   # the costliest
+    fixed = M.timed_strata(zoo, inputs, ladder.Rung("base"))
+    assert len(fixed) == 1 and fixed[0][1] == len(zoo.corpus.test) / 8
+    assert len(M.test_loader(zoo, inputs, rung).dataset) == len(zoo.corpus.test)

@@ -126,16 +126,43 @@ def latencies(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_siz
         zoo, inputs, rungs, batch_size=batch_size, repeats=repeats).items()}
 
 
+def timed_strata(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> list[tuple[object, float]]:
+    """What is timed to stand for the whole test set: ``(batches, factor)`` strata whose times,
+    each multiplied by its factor, add up to the set's. Fixed padding: ``fixed_test_reviews``
+    random reviews (every batch costs the same), scaled to the set. Bucketing: the set's own
+    batches; the costliest (by padded tokens) that make up half of all padded tokens are timed
+    in full, and of the rest every ``bucket_sample``-th, scaled by padded tokens (a ratio
+    estimate: a few wide batches, whose attention grows as L², dominate the time and are never
+    sampled away). Accuracy is scored on every review (``test_loader``)."""
+    s, test = zoo.settings, zoo.corpus.test
+    loader = test_loader(zoo, inputs, rung)
+    if not rung.bucketing:
+        return [(loader, len(test) / len(loader.dataset))]
+    if s.bucket_sample <= 1:
+        return [(loader, 1.0)]
+    tokens = lambda b: b["input_ids"].numel()   # noqa: E731
+    batches = sorted(loader, key=tokens, reverse=True)
+    total, acc, cut = sum(map(tokens, batches)), 0, 0
+    while cut < len(batches) and acc < total / 2:
+        acc, cut = acc + tokens(batches[cut]), cut + 1
+    top, rest = batches[:cut], batches[cut:]
+    sample = rest[s.bucket_sample // 2::s.bucket_sample]
+    if not sample:
+        return [(top + rest, 1.0)]
+    return [(top, 1.0), (sample, sum(map(tokens, rest)) / sum(map(tokens, sample)))]
+
+
 def test_set_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung]) -> dict[tuple, list[float]]:
     """Seconds to run the whole test set, each repeat, interleaved with the order rotated, by
-    ``Rung.key`` (fixed padding: the subset's time scaled to the set). No warm-up: ``accuracy``
-    and ``latencies`` ran every model before."""
-    loaders = {r.key: test_loader(zoo, inputs, r) for r in rungs}
-    res = bench.compare({r.key: functools.partial(run_test_set, zoo, inputs, r, loaders[r.key])
-                         for r in rungs}, warmup=0, repeats=zoo.settings.test_repeats,
-                        device=zoo.device, rotate=True)
-    return {k: [t * len(zoo.corpus.test) / len(loaders[k].dataset) for t in v["timing"].samples]
-            for k, v in res.items()}
+    ``Rung.key``: the strata of ``timed_strata``, each timed and scaled, added up per repeat.
+    No warm-up: ``accuracy`` and ``latencies`` ran every model before."""
+    strata = {r.key: timed_strata(zoo, inputs, r) for r in rungs}
+    fns = {(r.key, i): functools.partial(run_test_set, zoo, inputs, r, part)
+           for r in rungs for i, (part, _) in enumerate(strata[r.key])}
+    res = bench.compare(fns, warmup=0, repeats=zoo.settings.test_repeats, device=zoo.device,
+                        rotate=True)
+    return {k: [sum(res[(k, i)]["timing"].samples[j] * f for i, (_, f) in enumerate(parts))
+                for j in range(zoo.settings.test_repeats)] for k, parts in strata.items()}
 
 
 def _epoch_sample(zoo: ModelZoo, bucketing: bool) -> tuple[list[dict], int]:
