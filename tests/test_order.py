@@ -41,7 +41,9 @@ def test_from_evidence_pairs_by_seed_and_counts_the_seeds_a_tolerance_needs():
     assert got["pairs"][2] == pytest.approx([-2.0, 2.0, -4.0]) and got["seeds"] == 3
     assert got["difference"][2].value == pytest.approx(-4 / 3) and got["difference"][2].dof == 2
     sd = (sum((x + 4 / 3) ** 2 for x in (-2.0, 2.0, -4.0)) / 2) ** 0.5          # by hand
-    assert got["seeds_needed"][2] == -(-(1.96 * sd) ** 2 // 1)
+    # by hand: t(0.975, 37) = 2.0262 gives 2.0262 * sd / sqrt(38) = 1.004 > 1 point;
+    # t(0.975, 38) = 2.0244 gives 2.0244 * sd / sqrt(39) = 0.990: 39 seeds (a normal 1.96 says 36)
+    assert sd == pytest.approx(3.05505, abs=1e-5) and got["seeds_needed"][2] == 39
     assert got["mean"][2, "bucketed, shuffled"] == pytest.approx((0.72 + 0.78 + 0.79) / 3)
     with pytest.raises(ValueError, match="two arms"):
         order.from_evidence({"recipe": {"budgets": [2], "arms": ["a"]}, "runs": []})

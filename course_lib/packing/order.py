@@ -64,12 +64,11 @@ def from_evidence(evidence: dict, *, tolerance: float = 1.0) -> dict:
     ``"accuracy"`` {(epochs, arm): {seed: test accuracy}}, ``"mean"`` {(epochs, arm): mean},
     ``"pairs"`` {epochs: [sorted minus bucketed, points, one per seed]}, ``"difference"``
     {epochs: ``Estimate`` of that mean}, ``"seeds_needed"`` {epochs: seeds a 95% interval of
-    ± ``tolerance`` points would need, from the spread of the paired differences}, plus
+    ± ``tolerance`` points would need (Student's t), from the spread of the paired differences}, plus
     ``"budgets"``, ``"arms"`` and ``"seeds"`` (the number of seeds)."""
-    import math
     import statistics
 
-    from course_lib.measure.verdicts import mean_and_se
+    from course_lib.measure.verdicts import mean_and_se, seeds_for_interval
 
     budgets, arms = list(evidence["recipe"]["budgets"]), list(evidence["recipe"]["arms"])
     if len(arms) != 2:
@@ -82,5 +81,4 @@ def from_evidence(evidence: dict, *, tolerance: float = 1.0) -> dict:
     return {"budgets": budgets, "arms": arms, "accuracy": acc, "seeds": len(acc[budgets[0], arms[0]]),
             "mean": {k: statistics.fmean(v.values()) for k, v in acc.items()},
             "pairs": pairs, "difference": {b: mean_and_se(d) for b, d in pairs.items()},
-            "seeds_needed": {b: math.ceil((1.96 * statistics.stdev(d) / tolerance) ** 2)
-                             for b, d in pairs.items()}}
+            "seeds_needed": {b: seeds_for_interval(d, tolerance) for b, d in pairs.items()}}
