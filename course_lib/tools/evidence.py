@@ -16,6 +16,7 @@ rests on.
     python -m course_lib.tools.evidence distillation_transfer --seeds 0 1 2 3     # ~60 min
     python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5         # ~8 min
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
+    python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -51,6 +52,12 @@ steadier the loss gets, and whether accuracy changes, as the global batch grows.
 ``optimizer_race`` runs lesson 10's race (``optim.race_budget``) at budgets of 64 and 256
 steps, every optimizer over a learning-rate grid wide enough to hold its best, without gradient
 clipping, from several seeds: whether Adam-type optimizers converge faster, budget by budget.
+
+``int8_topic_task`` embeds every labelled sentence of lesson 12's task (``real_model.task``: the
+standard library's docstrings by topic, about 8,900 on Python 3.11) with all-MiniLM-L6-v2 in
+FP32, BF16 weights and four int8 recipes, and scores a topic head by 5-fold cross-validation over
+docstrings (one fold assignment per seed): every sentence tested once, enough to resolve a
+1-point accuracy change, which the lesson's live sample cannot.
 """
 from __future__ import annotations
 
@@ -73,7 +80,8 @@ from course_lib.distill.students import build_student
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
-            "pruning_budget", "distillation_transfer", "ddp_stability", "optimizer_race")
+            "pruning_budget", "distillation_transfer", "ddp_stability", "optimizer_race",
+            "int8_topic_task")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -258,6 +266,13 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.optim.race_budget import run as run_race
         body = run_race(seeds=tuple(args.seeds), workers=2, log=lambda m: print(m, flush=True))
         body["threads"] = torch.get_num_threads()
+        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "int8_topic_task":
+        from course_lib.quant.int8 import dynamic_variants
+        from course_lib.real_model.task import run as run_task
+        body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir)
         print(f"wrote {path}")
         return

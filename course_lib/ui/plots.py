@@ -291,16 +291,19 @@ def new_figure(ncols: int = 1, *, width: float = 6.0, height: float = 3.6, nrows
     return fig, axes
 
 
-def length_histogram(lengths: Sequence[int], *, ax, bins: int = 60, title: str = "") -> None:
+def length_histogram(lengths: Sequence[int], *, ax, bins: int = 60, title: str = "",
+                     item: str = "review") -> None:
+    """Histogram of token counts per ``item`` (a review, a sentence) with its median and 99th
+    percentile marked."""
     a = np.asarray(list(lengths))
     ax.hist(a, bins=bins, color="#4C72B0", alpha=0.85)
     med = float(np.median(a))
     ax.axvline(med, color="k", ls="--", lw=1, label=f"median {med:.0f}")
     ax.axvline(np.percentile(a, 99), color="#C44E52", ls=":", lw=1.5,
                label=f"99th percentile {np.percentile(a, 99):.0f}")
-    ax.set_xlabel("tokens per review")
-    ax.set_ylabel("number of reviews")
-    ax.set_title(title or "Review lengths")
+    ax.set_xlabel(f"tokens per {item}")
+    ax.set_ylabel(f"number of {item}s")
+    ax.set_title(title or f"{item.capitalize()} lengths")
     ax.legend(frameon=False)
 
 
@@ -318,6 +321,9 @@ def bar_compare(names: Sequence[str], values: Sequence, *, ax, ylabel: str,
     for b, h, (_, up) in zip(bars, heights, errors):
         ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h + up), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=9)
+    tops = [h + up for h, (_, up) in zip(heights, errors) if math.isfinite(h + up)]
+    if tops and max(tops) > 0 and ax.get_yscale() == "linear":   # room above the highest label
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.12 * max(tops)))
     ax.set_ylabel(ylabel)
     ax.set_title(title + ("\n(error bars: 95% interval)" if has_err else ""))
 
