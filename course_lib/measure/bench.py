@@ -13,6 +13,7 @@ peak resident set size (``VmHWM``) after the work; elsewhere it falls back to ``
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -242,18 +243,18 @@ class PeakMemory:
 
 
 def peak_rss(target: str, kwargs: dict | None = None, *, prepare: bool = False,
-             timeout: float = 300.0) -> PeakMemory:
+             timeout: float = 300.0, env: dict[str, str] | None = None) -> PeakMemory:
     """Run ``module:function(**kwargs)`` in a fresh interpreter and report its peak RSS.
 
     With ``prepare=True`` the function is first called with ``prepare=True`` and must return a
     zero-argument callable: inputs are built before the baseline is read, so only the work's
-    own memory shows in ``extra_bytes``.
+    own memory shows in ``extra_bytes``. ``env``: variables added to the child's environment.
     """
     if ":" not in target:
         raise ValueError(f"target must look like 'package.module:function', got {target!r}")
     spec = json.dumps({"target": target, "kwargs": kwargs or {}, "prepare": prepare})
     proc = subprocess.run([sys.executable, "-c", _CHILD, spec], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=None if env is None else {**os.environ, **env})
     if proc.returncode != 0:
         raise RuntimeError(f"peak_rss child for {target} failed:\n{proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])

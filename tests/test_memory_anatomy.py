@@ -1,0 +1,89 @@
+"""The memory calculator (course_lib.memory) against independent counts: autograd's saved
+tensors, the parameters and optimizer state of a real model, gradients with and without
+checkpointing, and one measured training step."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+from course_lib.core.model import count_parameters
+from course_lib.core.train import task_loss
+from course_lib.measure.memory import saved_activation_bytes
+from course_lib.memory import anatomy as A
+from course_lib.memory.checkpointing import Checkpointed
+from course_lib.memory.measure import build, make_optimizer, measured_peaks, static_bytes
+
+SMALL = A.Setup(vocab_size=500, d_model=64, n_layers=2, n_heads=2, d_ff=128, batch=2, length=48)
+
+
+@pytest.mark.parametrize("setup", [SMALL, replace(SMALL, batch=3, length=96, n_heads=4),
+                                   replace(SMALL, d_model=128, d_ff=256, n_layers=1)])
+def test_activation_formula_counts_what_autograd_saves(setup):
+    model, batch = build(setup)
+    exact = saved_activation_bytes(model, batch["input_ids"], batch["attention_mask"])
+    assert A.activation_bytes(setup) == pytest.approx(exact, rel=2e-3)
+
+
+@pytest.mark.parametrize("optimizer", A.OPTIMIZERS)
+def test_weights_and_optimizer_state_equal_the_live_tensors(optimizer):
+    s = replace(SMALL, optimizer=optimizer)
+    model, batch = build(s)
+    opt = make_optimizer(optimizer, model.parameters())
+    loss = task_loss("classification")(model, batch)
+    loss.backward()
+    opt.step()
+    got, p = static_bytes(model, opt), A.plan(s)
+    assert p.parameters == count_parameters(model)
+    assert (got["weights"], got["gradients"], got["optimizer"]) == (p.weights, p.gradients, p.optimizer)
+
+
+@pytest.mark.parametrize("policy", ["every", "every_other", "attention"])
+def test_checkpointed_gradients_equal_plain_ones(policy):
+    s = replace(SMALL, n_layers=3)
+    plain, batch = build(s)
+    wrapped, _ = build(replace(s, checkpoint=policy))
+    assert isinstance(wrapped, Checkpointed)
+    loss_fn = task_loss("classification")
+    a, b = loss_fn(plain, batch), loss_fn(wrapped, batch)
+    ga = torch.autograd.grad(a, list(plain.parameters()))
+    gb = torch.autograd.grad(b, list(wrapped.parameters()))
+    assert torch.equal(a, b)
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-5) for x, y in zip(ga, gb))
+    with pytest.raises(ValueError, match="policy"):
+        Checkpointed(plain, "sometimes")
+
+
+def test_checkpointing_every_block_halves_a_512_token_step_and_selective_sits_between():
+    s = A.Setup(batch=16, length=512)
+    none, every = A.activation_bytes(s), A.activation_bytes(replace(s, checkpoint="every"))
+    attention = A.activation_bytes(replace(s, checkpoint="attention"))
+    assert every < none / 2 and every < attention < none
+    # by hand: 3 block inputs kept, the 4th block recomputed in full, the layers outside
+    blocks = A.block_bytes(s)
+    full = blocks[0][0]
+    tokens = 16 * 512
+    assert every == 3 * 4 * tokens * 128 + full + tokens * (4 * 128 + A.OUTSIDE_PER_TOKEN_BYTES)
+
+
+def test_sharding_divides_what_each_zero_stage_shards():
+    s = A.Setup(optimizer="adamw")
+    base = A.plan(s)
+    z1, z2, z3 = (A.plan(replace(s, shards=2, zero=z)) for z in (1, 2, 3))
+    assert z1.optimizer == base.optimizer // 2 and z1.gradients == base.gradients
+    assert z2.gradients == base.gradients // 2 and z2.weights == base.weights
+    assert z3.weights == base.weights // 2
+    assert z3.activations == base.activations            # each rank runs its own micro-batch
+    mixed = A.plan(replace(s, precision="mixed"))
+    assert mixed.weights == base.weights // 2 and mixed.optimizer == base.optimizer + base.weights
+    with pytest.raises(ValueError, match="shards"):
+        A.plan(replace(s, zero=1))
+    with pytest.raises(ValueError, match="optimizer"):
+        A.plan(replace(s, optimizer="lion"))
+    with pytest.raises(ValueError, match="multiple"):
+        A.plan(replace(s, d_model=130))
+
+
+def test_a_measured_step_is_near_the_plan():
+    s = A.Setup(batch=8, length=256)
+    measured, = measured_peaks([s])
+    assert measured == pytest.approx(A.plan(s).step, rel=0.2)
