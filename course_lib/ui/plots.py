@@ -321,9 +321,7 @@ def bar_compare(names: Sequence[str], values: Sequence, *, ax, ylabel: str,
     for b, h, (_, up) in zip(bars, heights, errors):
         ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h + up), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=9)
-    tops = [h + up for h, (_, up) in zip(heights, errors) if math.isfinite(h + up)]
-    if tops and max(tops) > 0 and ax.get_yscale() == "linear":   # room above the highest label
-        ax.set_ylim(top=max(ax.get_ylim()[1], 1.12 * max(tops)))
+    ax.margins(y=0.12)   # room above the highest label (a margin, so a log axis set later keeps it)
     ax.set_ylabel(ylabel)
     ax.set_title(title + ("\n(error bars: 95% interval)" if has_err else ""))
 
