@@ -2,6 +2,7 @@
 calculator, and the same final parameters as DDP, on the same data."""
 import pytest
 
+from course_lib.distributed.launch import launch
 from course_lib.memory import sharding as S
 from course_lib.memory.anatomy import Setup, plan
 
@@ -10,7 +11,8 @@ SMALL = dict(steps=2, batch=4, length=32, vocab_size=500, d_model=64, n_layers=2
 
 @pytest.mark.timeout(240)
 def test_zero1_and_fsdp_hold_their_share_and_train_what_ddp_trains():
-    got = {st: S.run(st, **SMALL) for st in S.STRATEGIES}
+    got = {st: launch(S.worker_args(S.ShardConfig(strategy=st, **SMALL)), nproc=2, timeout=180,
+                      echo=False, threads=1, module=S.MODULE) for st in S.STRATEGIES}
     shape = Setup(vocab_size=500, d_model=64, n_layers=2, n_heads=2, d_ff=128)
     full, zero1, fsdp = plan(shape), plan(Setup(**{**shape.__dict__, "shards": 2, "zero": 1})), \
         plan(Setup(**{**shape.__dict__, "shards": 2, "zero": 3}))

@@ -9,9 +9,10 @@ ones broadcast to the others after each step); FSDP (ZeRO stage 3, here FSDP2's
 slices, gathers a block's full weights just before it runs and frees them after.
 
 ``main`` is the torchrun worker (``python -m torch.distributed.run --nproc-per-node 2 -m
-course_lib.memory.sharding --strategy zero1``); ``run`` launches it from a notebook through
-``distributed.launch`` and returns each rank's bytes, counted tensor by tensor (a DTensor's
-local shard, not its global size), and the final parameters. Every strategy trains the same
+course_lib.memory.sharding --strategy zero1``); a notebook starts it with lesson 08's
+``distributed.launch.launch(worker_args(cfg), nproc=2, module=MODULE)``, which returns rank 0's
+record: each rank's bytes, counted tensor by tensor (a DTensor's local shard, not its global
+size), and the final parameters. Every strategy trains the same
 model on the same per-rank batches, so their final parameters can be compared: sharding changes
 where the numbers live, not what they are.
 
@@ -38,7 +39,7 @@ from course_lib.core.model import build_model
 from course_lib.core.train import task_loss, train_step
 from course_lib.memory.measure import static_bytes
 
-__all__ = ["STRATEGIES", "ShardConfig", "traffic", "train_rank", "main", "run"]
+__all__ = ["STRATEGIES", "MODULE", "ShardConfig", "traffic", "train_rank", "worker_args", "main"]
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 MODULE = "course_lib.memory.sharding"
@@ -173,17 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run(strategy: str, *, nproc: int = 2, timeout: float = 180.0, echo: bool = False,
-        **config) -> dict:
-    """Launch ``main`` on ``nproc`` CPU processes (gloo) with ``ShardConfig(strategy=...,
-    **config)``; returns rank 0's record: every rank's ``held`` bytes and the ``params``."""
-    from course_lib.distributed.launch import launch
-
-    cfg = ShardConfig(strategy=strategy, **config)
+def worker_args(cfg: ShardConfig) -> list[str]:
+    """The command-line options of ``main`` for ``cfg``: what ``distributed.launch.launch``
+    passes to the worker (``launch(worker_args(cfg), nproc=2, module=MODULE)``)."""
     cfg.validate()
-    args = [a for k, v in asdict(cfg).items() for a in (f"--{k.replace('_', '-')}", v)]
-    return launch(args, nproc=nproc, timeout=timeout, echo=echo, threads=1, module=MODULE,
-                  env={"OMP_NUM_THREADS": "1"})
+    return [a for k, v in asdict(cfg).items() for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 if __name__ == "__main__":
