@@ -1,4 +1,4 @@
-"""The ladder of lesson 11: rung configs, the model zoo and meters in smoke mode, the analysis."""
+"""The ladder of lesson 12: rung configs, the model zoo and meters in smoke mode, the analysis."""
 import dataclasses
 import math
 
@@ -97,7 +97,7 @@ def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
         for metric in ladder.METRICS:
             assert math.isfinite(row[metric]) and row[metric] > 0, (row["name"], metric)
         assert 0 <= row["test_accuracy"] <= 1
-    rec = Recorder("11_capstone", smoke=True)
+    rec = Recorder("12_capstone", smoke=True)
     A.record(rows, rec)
     assert len(rec.results) == len(rows) * len(ladder.METRICS)
     # every time carries its device; the int8 rung ran on the CPU whatever the machine

@@ -1,4 +1,4 @@
-"""Lesson 11's speed-ups with their errors, against hand computations."""
+"""Lesson 12's speed-ups with their errors, against hand computations."""
 import math
 
 import pytest

@@ -87,3 +87,18 @@ def test_a_measured_step_is_near_the_plan():
     s = A.Setup(batch=8, length=256)
     measured, = measured_peaks([s])
     assert measured == pytest.approx(A.plan(s).step, rel=0.2)
+
+
+def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():
+    from course_lib.memory import accumulation as G
+    model, batch = build(replace(SMALL, batch=8))
+    lengths = torch.tensor([48, 48, 48, 48, 6, 6, 6, 6])       # long sequences first, short last
+    batch["attention_mask"] = torch.arange(48)[None, :] < lengths[:, None]
+    ref_seq = G.gradients(model, batch, micro=1, normalisation="sequence")
+    ref_tok = G.gradients(model, batch, micro=1, normalisation="token_global")
+    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="sequence"), ref_seq) < 1e-5
+    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="token_global"), ref_tok) < 1e-5
+    trap = G.gradients(model, batch, micro=2, normalisation="token_per_micro")
+    assert G.relative_difference(trap, ref_tok) > 0.05      # short micro-batches weigh too much
+    with pytest.raises(ValueError, match="divide"):
+        G.split(batch, 3)

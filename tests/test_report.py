@@ -12,15 +12,15 @@ def test_summary_lists_hardware_every_result_and_failures():
     results = {"00_welcome": {"notebook": "00_welcome", "smoke": True, "hardware": {},
                               "results": [{"name": "baseline_test_accuracy", "value": 0.93,
                                            "unit": "fraction"}]},
-               "11_capstone": {"notebook": "11_capstone", "smoke": False, "hardware": {},
+               "12_capstone": {"notebook": "12_capstone", "smoke": False, "hardware": {},
                                "results": [{"name": "best_speedup", "value": 17.0,
                                             "unit": "x"}]}}
-    runs = {"00_welcome": (True, 12.0, ""), "11_capstone": (True, 50.0, ""),
+    runs = {"00_welcome": (True, 12.0, ""), "12_capstone": (True, 50.0, ""),
             "05_pruning": (False, 3.0, "RuntimeError: boom")}
     page = summary_html(results, runs)
     assert "torch threads" in page and "baseline_test_accuracy" in page and "93.0%" in page
     # the ladder's lesson comes first among the lessons
-    assert page.index("<h2><a href='notebooks/11_capstone") < page.index("<h2><a href='notebooks/00_welcome")
+    assert page.index("<h2><a href='notebooks/12_capstone") < page.index("<h2><a href='notebooks/00_welcome")
     assert "RuntimeError: boom" in page
 
 
@@ -36,20 +36,20 @@ def test_ladder_and_its_hardware_head_the_summary_page(tmp_path):
     hardware = {"device": "cpu", "device_name": "FakeCPU 9000", "torch_version": "2.99",
                 "compute_capability": None, "bf16_fast": True, "fp16_fast": False,
                 "cpu_avx512_bf16": True, "cpu_amx": False, "threads": 2}
-    payload = {"notebook": "11_capstone", "smoke": False, "hardware": hardware,
+    payload = {"notebook": "12_capstone", "smoke": False, "hardware": hardware,
                "results": _rung("baseline", 0.78, 300.0, 40.0, 20.0, 600.0, 2 * 2**20, 150.0)
                + _rung("bucketing", 0.78, 20.0, 4.0, 5.0, 60.0, 2 * 2**20, 40.0)
                + [{"name": "best_inference_speedup", "value": 10.0, "unit": "x"}]}
-    (tmp_path / "11_capstone.json").write_text(json.dumps(payload))
+    (tmp_path / "12_capstone.json").write_text(json.dumps(payload))
     (tmp_path / "00_welcome.json").write_text(json.dumps(
         {"notebook": "00_welcome", "smoke": False, "hardware": {},
          "results": [{"name": "baseline_test_accuracy", "value": 0.9, "unit": "fraction"}]}))
     results = load_results(tmp_path)
-    page = summary_html(results, {"00_welcome": (True, 5.0, ""), "11_capstone": (True, 9.0, "")})
+    page = summary_html(results, {"00_welcome": (True, 5.0, ""), "12_capstone": (True, 9.0, "")})
     ladder = page.index("The optimization ladder")
     assert ladder < page.index("FakeCPU 9000") < page.index("Hardware (this machine)")
     assert page.index("Hardware (this machine)") < page.index("<h2><a href='notebooks/00_welcome")
-    table = ladder_html(results["11_capstone"])
+    table = ladder_html(results["12_capstone"])
     assert table.index("<td>baseline</td>") < table.index("<td>bucketing</td>")
     for text in ("78.0%", "300.0 (1.0×)", "20.0 (15.0×)", "4.00 (10.0×)", "60.0", "2.00", "40.0",
                  "best_inference_speedup", "cpu_avx512_bf16", "learner settings"):
@@ -112,17 +112,17 @@ def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
 
 
 def test_save_run_counts_a_lesson_on_fewer_threads_as_the_same_machine(tmp_path):
-    """Lesson 09 times on one torch thread: the same CPU, so one run, named after the most."""
+    """Lesson 10 times on one torch thread: the same CPU, so one run, named after the most."""
     from course_lib.tools.saved_runs import save_run
 
-    for stem, threads in (("00_welcome", 2), ("09_attention", 1)):
+    for stem, threads in (("00_welcome", 2), ("10_attention", 1)):
         payload = _payload(stem, "cpu", 1.0)
         payload["hardware"] = {**payload["hardware"], "threads": threads}
         (tmp_path / f"{stem}.json").write_text(json.dumps(payload))
     path = save_run(tmp_path, directory=tmp_path / "store")
     run = json.loads(path.read_text())
     assert path.name.endswith("_2_threads.json") and run["hardware"]["threads"] == 2
-    assert run["lessons"]["09_attention"]["hardware"]["threads"] == 1
+    assert run["lessons"]["10_attention"]["hardware"]["threads"] == 1
 
 
 def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkeypatch):
@@ -229,9 +229,9 @@ def test_values_are_formatted_with_their_units():
 def test_skipped_sections_are_listed_with_their_reason():
     from course_lib.measure.results import Recorder
 
-    rec = Recorder("09_attention", smoke=False)
+    rec = Recorder("10_attention", smoke=False)
     rec.skip("flex_attention", needs="compiler", reason="no C compiler on this machine")
-    page = summary_html({"09_attention": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
+    page = summary_html({"10_attention": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
     part = page[page.index("Skipped sections"):]
     assert "flex_attention" in part and "no C compiler on this machine" in part
     assert "None: every section ran" in summary_html({}, {})

@@ -1,2 +1,2 @@
-"""Lesson 09: attention three ways with its masks, its memory, and low-rank approximations.
+"""Lesson 10: attention three ways with its masks, its memory, and low-rank approximations.
 """

@@ -1,4 +1,4 @@
-"""The optimization ladder (lesson 11): which techniques a configuration ("rung") switches on.
+"""The optimization ladder (lesson 12): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
 in ``train.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
@@ -34,7 +34,7 @@ METRICS = {"test_accuracy": "fraction", "test_set_s": "s", "latency_b1_ms": "ms"
            "latency_b32_ms": "ms", "train_epoch_s": "s", "size_bytes": "bytes", "peak_mib": "MiB"}
 # The accuracy (points) each technique may cost: the table lessons 04-07 judge their claims
 # with (``measure.claims.ACCURACY_TOLERANCE_POINTS``). Bucketing and SDPA have no bound here: they change
-# float rounding only (lessons 01, 02 and 09 measure it), so the ladder scores each model and
+# float rounding only (lessons 01, 02 and 10 measure it), so the ladder scores each model and
 # precision once, with dynamic padding and the fused kernel, and a rung that only adds them has
 # the rung below's accuracy by construction: a check could not fail.
 BOUNDS = dict(ACCURACY_TOLERANCE_POINTS)

@@ -1,4 +1,4 @@
-"""Reading lesson 11's table: the best rungs, the bounds each lesson promised, the Pareto front,
+"""Reading lesson 12's table: the best rungs, the bounds each lesson promised, the Pareto front,
 what each technique does alone and on top of the others, whether speed-ups multiply, and the
 "what to use when" guide. Pure functions of the rows and points ``ladder_meters.measure`` returns.
 """
@@ -209,7 +209,7 @@ _PARETO_AXES = {"latency_b32_ms": ("latency, batch of 32 (ms, log scale)", 1.0),
 
 def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str = "latency_b32_ms",
                   max_drop_points: float = 2.0, selected: dict | None = None):
-    """Lesson 11: accuracy against latency and against size, every measured combination in
+    """Lesson 12: accuracy against latency and against size, every measured combination in
     grey, the Pareto front in green, the ladder's rungs numbered, ``selected`` as a star."""
 
     if latency not in ("latency_b32_ms", "latency_b1_ms"):

@@ -1,4 +1,4 @@
-"""What lesson 11 measures on each rung, as functions of a ``ModelZoo``: accuracy, latency, the
+"""What lesson 12 measures on each rung, as functions of a ``ModelZoo``: accuracy, latency, the
 test set's time, a training epoch's time, size and peak memory; ``measure`` fills the table.
 
 Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for latency and
@@ -90,7 +90,7 @@ def run_test_set(zoo: ModelZoo, inputs: Inputs, rung: Rung, loader=None):
 def rung_correct(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> torch.Tensor:
     """Whether the model ``rung`` serves, in its precision, gets each test review right (in
     test-split order). Padding (masked) and the attention kernel change float rounding only
-    (lessons 01, 09; checked by the tests), so it is scored with dynamic padding and the fused
+    (lessons 01, 10; checked by the tests), so it is scored with dynamic padding and the fused
     kernel."""
     r = replace(rung, bucketing=True, sdpa=True)
     model = zoo.model(r)

@@ -15,7 +15,7 @@ Read it top to bottom in the manner of nanoGPT's ``model.py``:
 Every matrix multiply is an ``nn.Linear``, so ``quantize_dynamic`` (lesson 07) quantizes all of
 them and ``torch.nn.utils.prune`` (lesson 05) can reach every weight. torch's own
 ``nn.TransformerEncoder`` and ``nn.MultiheadAttention`` appear only where a lesson shows their
-behaviour (lessons 01, 05, 07, 09), labelled as torch's modules.
+behaviour (lessons 01, 05, 07, 10), labelled as torch's modules.
 
 Positions: ALiBi (Press et al., 2022, "Train Short, Test Long"): head ``h`` subtracts
 ``slope_h * |i - j|`` from the score of query ``i`` on key ``j``, so every head starts out

@@ -25,7 +25,8 @@ from course_lib.memory.checkpointing import Checkpointed
 # above 128 KiB its own mapping, returned to the system when freed. (Other C libraries ignore it.)
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-__all__ = ["make_optimizer", "build", "static_bytes", "step_case", "predicted_extra", "measured_peaks"]
+__all__ = ["make_optimizer", "build", "static_bytes", "step_case", "predicted_extra", "measured_peaks",
+           "allocations_by_op"]
 
 
 def make_optimizer(name: str, params, *, lr: float = 1e-3) -> torch.optim.Optimizer:
@@ -112,3 +113,30 @@ def measured_peaks(setups: list[Setup], *, workers: int = 1) -> list[int]:
         futures = [pool.submit(bench.peak_rss, target, asdict(s), prepare=True, env=FIXED_MMAP)
                    for s in setups]
         return [f.result().extra_bytes for f in futures]
+
+
+def allocations_by_op(model: nn.Module, batch: dict, opt: torch.optim.Optimizer, *, top: int = 8
+                      ) -> list[tuple[str, int, int]]:
+    """One training step under ``torch.profiler`` with ``profile_memory=True``: the ``top``
+    operators by the memory they allocated themselves, as (name, calls, bytes). The profiler's
+    own start/stop lines, which its C++ side writes straight to the process's stderr, are
+    silenced (file descriptor 2 points at /dev/null while it runs)."""
+    import os
+    import sys
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            train_step(model, batch, opt, device="cpu", dtype=None,
+                       loss_fn=task_loss("classification"), grad_clip=None)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    events = sorted((e for e in prof.key_averages() if e.self_cpu_memory_usage > 0),
+                    key=lambda e: -e.self_cpu_memory_usage)[:top]
+    return [(e.key, e.count, int(e.self_cpu_memory_usage)) for e in events]

@@ -1,2 +1,2 @@
-"""Lesson 10: optimizers on one budget, the optimizer race, ``torch.compile`` and its timing.
+"""Lesson 11: optimizers on one budget, the optimizer race, ``torch.compile`` and its timing.
 """

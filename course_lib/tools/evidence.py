@@ -49,11 +49,11 @@ distillation: what soft targets add, and what initialisation adds, each on its o
 (what that many DDP ranks train, ``distributed.stability``) from several seeds: how much
 steadier the loss gets, and whether accuracy changes, as the global batch grows.
 
-``optimizer_race`` runs lesson 10's race (``optim.race_budget``) at budgets of 64 and 256
+``optimizer_race`` runs lesson 11's race (``optim.race_budget``) at budgets of 64 and 256
 steps, every optimizer over a learning-rate grid wide enough to hold its best, without gradient
 clipping, from several seeds: whether Adam-type optimizers converge faster, budget by budget.
 
-``int8_topic_task`` embeds every labelled sentence of lesson 12's task (``real_model.task``: the
+``int8_topic_task`` embeds every labelled sentence of lesson 13's task (``real_model.task``: the
 standard library's docstrings by topic, about 8,900 on Python 3.11) with all-MiniLM-L6-v2 in
 FP32, BF16 weights and four int8 recipes, and scores a topic head by 5-fold cross-validation over
 docstrings (one fold assignment per seed): every sentence tested once, enough to resolve a
