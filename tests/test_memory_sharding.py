@@ -36,6 +36,7 @@ def test_traffic_by_hand_and_bad_input():
     assert S.traffic("ddp", ranks=2, weight_bytes=100, grad_bytes=100) == 100
     assert S.traffic("zero1", ranks=2, weight_bytes=100, grad_bytes=100) == 150
     assert S.traffic("fsdp", ranks=4, weight_bytes=100, grad_bytes=100) == 225
+    assert S.traffic("fsdp", ranks=2, weight_bytes=100, grad_bytes=100, root_bytes=40) == 130
     assert S.traffic("ddp", ranks=1, weight_bytes=100, grad_bytes=100) == 0
     with pytest.raises(ValueError, match="strategy"):
         S.traffic("zero2", ranks=2, weight_bytes=1, grad_bytes=1)

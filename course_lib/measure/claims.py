@@ -220,7 +220,7 @@ _CLAIMS = [
           "09_memory",
           Rule("activations ÷ the peak of a training step (weights, gradients, AdamW state and "
                "activations; memory.anatomy's counts, checked against autograd and the measured "
-               "peak) for the teacher's depth at each length and width, batch 16", ">=", 0.5),
+               "peak) for the teacher's depth at each length, width and batch", ">=", 0.5),
           Condition("length", "tokens",
                     why="the activations grow with batch × length × width (and heads × L² for "
                         "the ALiBi bias), the parameter state with width² and not with length: "

@@ -29,8 +29,8 @@
 - **checkpointing** (``torch.utils.checkpoint``) keeps only a checkpointed segment's input and
   recomputes the rest during backward, so the activations become what the segments keep plus
   one segment's full activations (recomputed, alive while its backward runs); ``"attention"``
-  (selective) recomputes only the attention half of each block, whose tensors grow with heads
-  and length.
+  recomputes the attention half of each block (``memory.checkpointing`` says why that is not
+  Korthikanti et al.'s selective recomputation here).
 - **shards**: ZeRO (Rajbhandari et al., 2020) stage 1 splits the optimizer state over the
   ranks, stage 2 the gradients too, stage 3 (FSDP) the weights as well; activations are not
   sharded (each rank runs its own micro-batch).

@@ -9,9 +9,12 @@ backward reaches it (Chen et al., 2016, "Training Deep Nets with Sublinear Memor
 - ``"every"``: each block is one checkpointed segment (keeps n block inputs, recomputes every
   block: about one extra forward pass);
 - ``"every_other"``: blocks 0, 2, 4, ... checkpointed, the others kept;
-- ``"attention"``: selective recomputation (Korthikanti et al., 2022): only the attention half
-  of each block (LayerNorm 1, attention, projection) is recomputed; its tensors grow with the
-  heads and the length, the feed-forward half's do not.
+- ``"attention"``: the attention half of each block (LayerNorm 1, the q/k/v and output
+  projections, the attention core) is recomputed, the feed-forward half kept. Korthikanti et
+  al.'s (2022) *selective* recomputation re-runs only the core, whose softmax and dropout
+  tensors are L² in size; a fused SDPA never stores those (it keeps a log-sum-exp), so on this
+  model there is nothing quadratic for it to drop, and recomputing the half costs most of a
+  block's forward work (the projections).
 
 The gradients are the same as without checkpointing (the same operations run again on the same
 inputs; ``tests/test_memory_anatomy.py`` checks it).

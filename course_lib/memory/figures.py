@@ -21,9 +21,10 @@ def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None):
         fig, ax = new_figure(width=max(5.0, 1.1 * len(plans) + 2.5))
     bottom = [0.0] * len(plans)
     names = list(plans)
+    labels = [n.replace("_", "\n") for n in names]          # "sgd_momentum" on two lines
     for comp, colour in COMPONENTS:
         vals = [getattr(plans[n], comp) / MIB for n in names]
-        ax.bar(names, vals, bottom=bottom, color=colour, label=comp)
+        ax.bar(labels, vals, bottom=bottom, color=colour, label=comp)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("MiB per rank")
     ax.set_title(title)
@@ -31,9 +32,10 @@ def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None):
     return fig
 
 
-def tradeoff_figure(rows: Sequence[dict], *, device: str):
-    """Each checkpointing policy: its peak memory of a step against its step time (both
-    relative to no checkpointing), with the policy's name beside its point."""
+def tradeoff_figure(rows: Sequence[dict], *, device: str, time_at: str, memory_at: str):
+    """Each checkpointing policy: the activations it keeps against its step time (both relative
+    to no checkpointing; ``time_at``/``memory_at`` name the sizes each was taken at), with the
+    policy's name beside its point."""
     from course_lib.ui.plots import new_figure
 
     fig, ax = new_figure(width=6.0)
@@ -42,10 +44,12 @@ def tradeoff_figure(rows: Sequence[dict], *, device: str):
         lo, hi = x.interval
         ax.errorbar([x.value], [y], xerr=[[x.value - lo], [hi - x.value]],
                     fmt="o", capsize=3, color="#4C72B0")
-        ax.annotate(r["policy"], (x.value, y), xytext=(6, 4), textcoords="offset points", fontsize=9)
+        ax.annotate(r["policy"].replace("_", " "), (x.value, y), xytext=(6, 4),
+                    textcoords="offset points", fontsize=9)
     ax.set_xlabel(f"step time ÷ no checkpointing ({device}, 95% interval)")
     ax.set_ylabel("activations kept ÷ no checkpointing")
-    ax.set_title("Checkpointing trades recomputation for memory")
+    ax.set_title(f"Checkpointing trades recomputation for memory\n(memory at {memory_at}, "
+                 f"time at {time_at})", fontsize=10)
     return fig
 
 

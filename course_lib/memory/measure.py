@@ -1,10 +1,10 @@
 """The calculator against this machine: a real training step's memory, counted and measured.
 
 ``step_case`` is the work ``measure.bench.peak_rss`` runs in a fresh process: it builds the
-course's encoder, its optimizer and a batch for a ``Setup``, then runs one training step
-(``core.train.train_step``).
-Its extra peak RSS is what the first step allocates on top of the weights: the activations and
-the gradients, then the optimizer's state (``predicted_extra``). ``static_bytes`` counts the
+course's encoder, its optimizer and a batch for a ``Setup``, runs a tiny step (one sequence of 8
+tokens: threads, kernels and the optimizer's state now exist), then measures one real training
+step (``core.train.train_step``). Its extra peak RSS is what a steady-state step adds to the
+weights and the optimizer state: ``anatomy.plan(setup).step``. ``static_bytes`` counts the
 weights, gradients and optimizer state of a live model and optimizer tensor by tensor, exactly.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from course_lib.memory.checkpointing import Checkpointed
 # above 128 KiB its own mapping, returned to the system when freed. (Other C libraries ignore it.)
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-__all__ = ["make_optimizer", "build", "static_bytes", "step_case", "predicted_extra", "measured_peaks",
+__all__ = ["make_optimizer", "build", "static_bytes", "step_case", "measured_peaks",
            "allocations_by_op"]
 
 
@@ -68,11 +68,11 @@ def static_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]
 
 
 def step_case(*, prepare: bool = False, **setup):
-    """The first training step of ``Setup(**setup)`` (for ``bench.peak_rss``): the model, the
-    optimizer and the batch are built first (with ``prepare``, before the baseline), so the
-    extra peak is the step's own: activations and gradients, then the optimizer's state, which
-    arrives in ``opt.step()`` after backward has freed the activations. (A second step in the
-    same process would reuse pages the allocator kept from the first, and show less.)"""
+    """One steady-state training step of ``Setup(**setup)`` (for ``bench.peak_rss``): the
+    model, the optimizer and the batch are built, and a tiny step makes the optimizer's state,
+    before the baseline is read (with ``prepare``); the measured step then adds activations and
+    gradients. (A second full-size step in the same process would reuse pages the allocator kept
+    from the first, and show less: hence the tiny one.)"""
     s = Setup(**setup)
     model, batch = build(s)
     opt = make_optimizer(s.optimizer, model.parameters())
@@ -91,16 +91,8 @@ def step_case(*, prepare: bool = False, **setup):
     return None
 
 
-def predicted_extra(s: Setup) -> int:
-    """What ``step_case`` should add to the process: the larger of activations + gradients (at
-    the end of the forward pass, as backward starts writing gradients) and gradients + optimizer
-    state (during ``opt.step()``)."""
-    p = plan(s)
-    return max(p.activations + p.gradients, p.gradients + p.optimizer)
-
-
 def measured_peaks(setups: list[Setup], *, workers: int = 1) -> list[int]:
-    """Extra peak RSS in bytes of the first training step of each setup, a fresh process each
+    """Extra peak RSS in bytes of one steady-state training step of each setup, a fresh process each
     (``workers`` at a time: each process has its own peak)."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -16,11 +16,7 @@ size), and the final parameters. Every strategy trains the same
 model on the same per-rank batches, so their final parameters can be compared: sharding changes
 where the numbers live, not what they are.
 
-Communication per step and rank, counted from each algorithm (N ranks, W bytes of weights,
-G of gradients; ``traffic``): DDP all-reduces the gradients, 2 (N-1)/N · G; ZeRO-1 as run here
-adds a broadcast of each rank's updated parameters, (N-1)/N · W; FSDP all-gathers the weights
-for forward and again for backward and reduce-scatters the gradients, 3 (N-1)/N · W when
-G = W.
+Communication per step and rank is counted from each algorithm as run here (``traffic``).
 """
 from __future__ import annotations
 
@@ -68,18 +64,27 @@ class ShardConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def traffic(strategy: str, *, ranks: int, weight_bytes: int, grad_bytes: int) -> int:
-    """Bytes each rank sends (and receives) per step under ``strategy``, by its algorithm."""
+def traffic(strategy: str, *, ranks: int, weight_bytes: int, grad_bytes: int,
+            root_bytes: int = 0) -> int:
+    """Bytes each rank sends (and receives) per step under ``strategy``, by its algorithm as
+    run here: DDP all-reduces the gradients (2 (N-1)/N · G); ``ZeroRedundancyOptimizer`` adds
+    a broadcast of each rank's updated parameters ((N-1)/N · W; the ZeRO paper's reduce-scatter
+    and all-gather would move no more than DDP); FSDP2 all-gathers each block's weights before
+    forward and again before backward, the root's (``root_bytes``: embedding, final norm, head,
+    which FSDP2 keeps gathered from forward to backward) once, and reduce-scatters the
+    gradients ((N-1)/N · (2 W - root + G))."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
+    if not 0 <= root_bytes <= weight_bytes:
+        raise ValueError(f"root_bytes must be in [0, weight_bytes], got {root_bytes}")
     share = (ranks - 1) / ranks
     if strategy == "ddp":
         return round(2 * share * grad_bytes)
     if strategy == "zero1":
         return round(2 * share * grad_bytes + share * weight_bytes)
-    return round(2 * share * weight_bytes + share * grad_bytes)
+    return round(share * (2 * weight_bytes - root_bytes + grad_bytes))
 
 
 def _batch(cfg: ShardConfig, rank: int, step: int) -> dict:
