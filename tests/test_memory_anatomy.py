@@ -102,3 +102,9 @@ def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():
     assert G.relative_difference(trap, ref_tok) > 0.05      # short micro-batches weigh too much
     with pytest.raises(ValueError, match="divide"):
         G.split(batch, 3)
+
+
+def test_root_bytes_and_attention_work_by_hand():
+    s = A.Setup(vocab_size=100, d_model=8, d_ff=16, n_heads=2, n_outputs=2, length=4)
+    assert A.root_bytes(s) == 4 * (100 * 8 + 8 + 8 + 2 * 8 + 2)
+    assert A.attention_work_share(s) == pytest.approx((4 * 64 + 2 * 4 * 8) / (4 * 64 + 2 * 4 * 8 + 2 * 8 * 16))

@@ -45,7 +45,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 __all__ = ["OPTIMIZERS", "CHECKPOINTING", "PRECISIONS", "Setup", "Plan", "plan",
-           "parameter_shapes", "block_activation_values", "block_bytes", "activation_bytes"]
+           "parameter_shapes", "block_activation_values", "block_bytes", "activation_bytes",
+           "root_bytes", "attention_work_share"]
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor")
 CHECKPOINTING = ("none", "every", "every_other", "attention")
@@ -111,6 +112,22 @@ def parameter_shapes(s: Setup) -> list[tuple[int, ...]]:
     d, f, h = s.d_model, s.d_ff, s.n_heads
     block = [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (f, d), (f,), (d, f), (d,)]
     return [(s.vocab_size, d)] + block * s.n_layers + [(d,), (d,), (s.n_outputs, d), (s.n_outputs,)]
+
+
+def root_bytes(s: Setup) -> int:
+    """Bytes of the weights outside the blocks (embedding, final LayerNorm, head): what FSDP2
+    keeps gathered from forward to backward when the whole model is its root unit."""
+    shapes = parameter_shapes(s)
+    return (2 if s.precision == "mixed" else 4) * sum(_numel(x) for x in [shapes[0], *shapes[-4:]])
+
+
+def attention_work_share(s: Setup) -> float:
+    """The attention half's share of a block's forward multiply-adds per token at ``s.length``:
+    q/k/v and output projections (4 d²) and the core (2 L d: scores and the weighted sum) against
+    those plus the feed-forward block (2 d f). What recomputing the attention half costs."""
+    d, f, n = s.d_model, s.d_ff, s.length
+    attention = 4 * d * d + 2 * n * d
+    return attention / (attention + 2 * d * f)
 
 
 def _optimizer_values(s: Setup, shapes: list[tuple[int, ...]]) -> int:
