@@ -186,3 +186,18 @@ def test_course_model_trains_a_step_under_the_course_precision():
     loss.backward()
     grads = [q.grad for q in model.parameters() if q.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_cuda_step_peak_and_memory_snapshot(tmp_path):
+    import pickle
+
+    from course_lib.memory.anatomy import Setup, plan
+    from course_lib.memory.measure import cuda_step
+
+    s = Setup(batch=8, length=256)
+    path = tmp_path / "step.pickle"
+    peak = cuda_step(s, snapshot=str(path))
+    p = plan(s)
+    assert p.weights + p.optimizer < peak < 3 * p.peak        # the state, plus a step's worth
+    snap = pickle.loads(path.read_bytes())
+    assert snap["segments"] and any(t for t in snap["device_traces"])   # allocations recorded

@@ -83,10 +83,49 @@ def test_sharding_divides_what_each_zero_stage_shards():
         A.plan(replace(s, d_model=130))
 
 
-def test_a_measured_step_is_near_the_plan():
+def test_a_measured_step_is_near_the_plan_and_accumulation_shrinks_it():
     s = A.Setup(batch=8, length=256)
-    measured, = measured_peaks([s])
+    measured, halves = measured_peaks([s, s], micro=(1, 2), workers=2)
     assert measured == pytest.approx(A.plan(s).step, rel=0.2)
+    # two micro-batches of 4: one micro-batch's activations alive at a time, plus the gradients
+    assert halves == pytest.approx(A.plan(replace(s, batch=4)).step, rel=0.2)
+    assert halves < 0.7 * measured
+    with pytest.raises(ValueError, match="one value per setup"):
+        measured_peaks([s], micro=(1, 2))
+
+
+def test_step_case_refuses_more_micro_batches_than_sequences():
+    from course_lib.memory.measure import step_case
+    with pytest.raises(ValueError, match="micro"):
+        step_case(micro=3, **{**SMALL.__dict__, "batch": 2})
+
+
+def test_allocations_by_layer_add_up_to_what_autograd_saves():
+    from course_lib.memory.measure import allocations_by_layer
+    s = replace(SMALL, n_layers=3, batch=3, length=64)
+    model, batch = build(s)
+    exact = saved_activation_bytes(model, batch["input_ids"], batch["attention_mask"])
+    rows = allocations_by_layer(model, batch, make_optimizer("adamw", model.parameters()))
+    assert list(rows)[:2] == ["embedding", "block 0 · LayerNorm 1"] and "block 2 · attention" in rows
+    forward = sum(r["forward"] for name, r in rows.items() if name != "outside the layers")
+    assert forward == pytest.approx(exact, rel=0.05)     # small tensors: allocator rounding
+    # every block keeps the same, and its backward frees more than it writes
+    kinds = ("LayerNorm 1", "attention", "LayerNorm 2", "feed-forward")
+    for kind in kinds:
+        assert len({rows[f"block {i} · {kind}"]["forward"] for i in range(3)}) == 1
+    assert all(rows[f"block 0 · {k}"]["backward"] < 0 for k in kinds)
+    with pytest.raises(ValueError, match="without checkpointing"):
+        allocations_by_layer(build(replace(s, checkpoint="every"))[0], batch, None)
+
+
+def test_checkpoint_times_time_every_policy_against_none():
+    from course_lib.memory.measure import checkpoint_times
+    got = checkpoint_times(replace(SMALL, batch=2, length=16), [16, 32], repeats=2, warmup=0)
+    assert list(got) == [16, 32]
+    for row in got.values():
+        assert set(row) == set(A.CHECKPOINTING)
+        assert row["none"]["speedup"].value == pytest.approx(1.0)
+        assert all(len(r["timing"].samples) == 2 for r in row.values())
 
 
 def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():

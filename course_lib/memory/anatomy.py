@@ -109,7 +109,7 @@ class Plan:
 
 def parameter_shapes(s: Setup) -> list[tuple[int, ...]]:
     """The shapes of the encoder's parameters (``core.model.EncoderClassifier``), in order."""
-    d, f, h = s.d_model, s.d_ff, s.n_heads
+    d, f = s.d_model, s.d_ff
     block = [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (f, d), (f,), (d, f), (d,)]
     return [(s.vocab_size, d)] + block * s.n_layers + [(d,), (d,), (s.n_outputs, d), (s.n_outputs,)]
 

@@ -1,11 +1,13 @@
-"""Lesson 09's pictures: a step's memory by component, and checkpointing's trade-off."""
+"""Lesson 09's pictures and tables: a step's memory by component, the calculator against the
+measured steps, checkpointing over length, and where a step allocates by layer."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from course_lib.memory.anatomy import Plan
 
-__all__ = ["COMPONENTS", "anatomy_figure", "tradeoff_figure", "share_figure"]
+__all__ = ["COMPONENTS", "POLICY_COLOURS", "anatomy_figure", "check_table", "checkpoint_figure",
+           "layer_table", "share_figure"]
 
 COMPONENTS = (("weights", "#4C72B0"), ("gradients", "#55A868"), ("optimizer", "#C44E52"),
               ("activations", "#8172B2"))
@@ -32,25 +34,70 @@ def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None):
     return fig
 
 
-def tradeoff_figure(rows: Sequence[dict], *, device: str, time_at: str, memory_at: str):
-    """Each checkpointing policy: the activations it keeps against its step time (both relative
-    to no checkpointing; ``time_at``/``memory_at`` name the sizes each was taken at), with the
-    policy's name beside its point."""
+POLICY_COLOURS = {"none": "#333333", "every": "#C44E52", "every_other": "#DD8452",
+                  "attention": "#4C72B0"}
+
+
+def check_table(rows: Sequence[tuple], lengths: Sequence[int]) -> str:
+    """Markdown: the measured step (MiB) and measured ÷ predicted of the checkpointing sweep,
+    one row per length and one column per policy. ``rows``: (setup, predicted, measured)."""
+    policies = list(POLICY_COLOURS)
+    cell = {(s.length, s.checkpoint): (p, m) for s, p, m in rows}
+    head = "| tokens per sequence | " + " | ".join(p.replace("_", " ") for p in policies) + " |"
+    lines = [head, "|---" * (len(policies) + 1) + "|"]
+    for length in lengths:
+        lines.append(f"| {length} | " + " | ".join(
+            f"{cell[length, p][1] / MIB:.1f} MiB ({cell[length, p][1] / cell[length, p][0]:.2f}×)"
+            for p in policies) + " |")
+    return "\n".join(lines)
+
+
+def checkpoint_figure(memory: Mapping[str, Mapping[int, tuple[float, float]]],
+                      time_ratio: Mapping[str, Mapping[int, object]], *, learner: int,
+                      device: str, batch: int):
+    """Two panels over length, one line per checkpointing policy: left, the measured extra
+    memory of a training step (MiB; the calculator's count dashed), right, the step time over
+    no checkpointing's (95% intervals). ``memory[policy][length] = (predicted, measured)``
+    bytes; ``time_ratio[policy][length]``: a ``Ratio``. The learner's length is marked."""
     from course_lib.ui.plots import new_figure
 
-    fig, ax = new_figure(width=6.0)
-    for r in rows:
-        x, y = r["time_ratio"], r["memory_ratio"]
-        lo, hi = x.interval
-        ax.errorbar([x.value], [y], xerr=[[x.value - lo], [hi - x.value]],
-                    fmt="o", capsize=3, color="#4C72B0")
-        ax.annotate(r["policy"].replace("_", " "), (x.value, y), xytext=(6, 4),
-                    textcoords="offset points", fontsize=9)
-    ax.set_xlabel(f"step time ÷ no checkpointing ({device}, 95% interval)")
-    ax.set_ylabel("activations kept ÷ no checkpointing")
-    ax.set_title(f"Checkpointing trades recomputation for memory\n(memory at {memory_at}, "
-                 f"time at {time_at})", fontsize=10)
+    fig, (a0, a1) = new_figure(2, width=5.6)
+    for k, (policy, colour) in enumerate(POLICY_COLOURS.items()):
+        xs = sorted(memory[policy])
+        dodge = 2 ** (0.03 * (k - 1.5))         # the time panel's points side by side
+        label = policy.replace("_", " ")
+        a0.plot(xs, [memory[policy][x][1] / MIB for x in xs], "o-", color=colour, label=label)
+        a0.plot(xs, [memory[policy][x][0] / MIB for x in xs], "--", color=colour, lw=1, alpha=0.7)
+        r = [time_ratio[policy][x] for x in xs]
+        lo = [e.value - e.interval[0] for e in r]
+        hi = [e.interval[1] - e.value for e in r]
+        a1.errorbar([x * dodge for x in xs], [e.value for e in r], yerr=[lo, hi], fmt="o-",
+                    capsize=3, color=colour, label=label)
+    for ax in (a0, a1):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per sequence")
+        ax.axvline(learner, color="k", ls=":", lw=1)
+    a0.set_yscale("log", base=2)
+    a0.set_ylabel("step's extra memory (MiB, measured)")
+    a0.set_title(f"Memory (batch {batch}; dashed: the calculator)", fontsize=10)
+    a0.legend(fontsize=8, title="checkpointing", title_fontsize=8)
+    a1.set_ylabel(f"step time ÷ no checkpointing ({device})")
+    a1.set_title("Time (95% intervals; dotted: your length)", fontsize=10)
     return fig
+
+
+def layer_table(rows: Mapping[str, Mapping[str, int]], *, blocks: int) -> str:
+    """Markdown: ``measure.allocations_by_layer``'s rows with the blocks' layers summed by kind
+    (their values per block are equal: a test checks it), in MiB."""
+    kinds: dict[str, dict[str, float]] = {}
+    for name, r in rows.items():
+        kind = name.split(" · ")[-1] + (f" (× {blocks} blocks)" if " · " in name else "")
+        k = kinds.setdefault(kind, {"forward": 0.0, "backward": 0.0})
+        k["forward"] += r["forward"] / MIB
+        k["backward"] += r["backward"] / MIB
+    lines = ["| layer | forward: kept for backward (MiB) | backward: net (MiB) |", "|---|---|---|"]
+    lines += [f"| {k} | {v['forward']:.2f} | {v['backward']:+.2f} |" for k, v in kinds.items()]
+    return "\n".join(lines)
 
 
 def share_figure(shares: Mapping[str, Mapping[int, float]], *, learner: tuple[str, int]):

@@ -9,14 +9,19 @@ weights, gradients and optimizer state of a live model and optimizer tensor by t
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 
 import torch
 from torch import nn
 
 from course_lib.core.model import build_model
 from course_lib.core.train import task_loss, train_step
-from course_lib.memory.anatomy import Setup, plan
+from course_lib.memory.anatomy import CHECKPOINTING, Setup
 from course_lib.memory.checkpointing import Checkpointed
 
 # glibc's malloc keeps freed memory for reuse, and after a large free it raises its mmap
@@ -25,20 +30,25 @@ from course_lib.memory.checkpointing import Checkpointed
 # above 128 KiB its own mapping, returned to the system when freed. (Other C libraries ignore it.)
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-__all__ = ["make_optimizer", "build", "static_bytes", "step_case", "measured_peaks",
-           "allocations_by_op"]
+__all__ = ["TORCH_OPTIMIZERS", "make_optimizer", "build", "static_bytes", "step_case", "measured_peaks",
+           "cuda_step", "checkpoint_times", "allocations_by_layer", "allocations_by_op"]
+
+
+# Each optimizer of ``anatomy.OPTIMIZERS`` as torch's class and its options (besides lr), so
+# that ``ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=lr, **options)`` can build it too.
+TORCH_OPTIMIZERS = {"sgd": (torch.optim.SGD, {}),
+                    "sgd_momentum": (torch.optim.SGD, {"momentum": 0.9}),
+                    "adam": (torch.optim.Adam, {}),
+                    "adamw": (torch.optim.AdamW, {}),
+                    "adafactor": (torch.optim.Adafactor, {})}
 
 
 def make_optimizer(name: str, params, *, lr: float = 1e-3) -> torch.optim.Optimizer:
     """The optimizers of ``anatomy.OPTIMIZERS``, with torch's own implementations."""
-    table = {"sgd": lambda: torch.optim.SGD(params, lr=lr),
-             "sgd_momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9),
-             "adam": lambda: torch.optim.Adam(params, lr=lr),
-             "adamw": lambda: torch.optim.AdamW(params, lr=lr),
-             "adafactor": lambda: torch.optim.Adafactor(params, lr=lr)}
-    if name not in table:
-        raise ValueError(f"optimizer must be one of {tuple(table)}, got {name!r}")
-    return table[name]()
+    if name not in TORCH_OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {tuple(TORCH_OPTIMIZERS)}, got {name!r}")
+    cls, options = TORCH_OPTIMIZERS[name]
+    return cls(params, lr=lr, **options)
 
 
 def build(s: Setup, *, seed: int = 0) -> tuple[nn.Module, dict]:
@@ -67,19 +77,24 @@ def static_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]
             "optimizer": state}
 
 
-def step_case(*, prepare: bool = False, **setup):
+def step_case(*, prepare: bool = False, micro: int = 1, **setup):
     """One steady-state training step of ``Setup(**setup)`` (for ``bench.peak_rss``): the
     model, the optimizer and the batch are built, and a tiny step makes the optimizer's state,
     before the baseline is read (with ``prepare``); the measured step then adds activations and
-    gradients. (A second full-size step in the same process would reuse pages the allocator kept
-    from the first, and show less: hence the tiny one.)"""
+    gradients. With ``micro`` > 1 the batch is split into that many micro-batches whose
+    gradients are accumulated before the one update (``core.train.train_step`` given a list).
+    (A second full-size step in the same process would reuse pages the allocator kept from the
+    first, and show less: hence the tiny one.)"""
     s = Setup(**setup)
+    if not 1 <= micro <= s.batch:
+        raise ValueError(f"micro must be in [1, batch={s.batch}], got {micro}")
     model, batch = build(s)
     opt = make_optimizer(s.optimizer, model.parameters())
+    parts = [{k: v[i::micro] for k, v in batch.items()} for i in range(micro)]
 
     def step() -> None:
-        train_step(model, batch, opt, device="cpu", dtype=None, loss_fn=task_loss("classification"),
-                   grad_clip=None)
+        train_step(model, parts if micro > 1 else batch, opt, device="cpu", dtype=None,
+                   loss_fn=task_loss("classification"), grad_clip=None)
 
     tiny = {k: v[:1, :8] if v.dim() == 2 else v[:1] for k, v in batch.items()}
     train_step(model, tiny, opt, device="cpu", dtype=None, loss_fn=task_loss("classification"),
@@ -91,44 +106,168 @@ def step_case(*, prepare: bool = False, **setup):
     return None
 
 
-def measured_peaks(setups: list[Setup], *, workers: int = 1) -> list[int]:
+def measured_peaks(setups: list[Setup], *, workers: int = 1,
+                   micro: int | Sequence[int] = 1) -> list[int]:
     """Extra peak RSS in bytes of one steady-state training step of each setup, a fresh process each
-    (``workers`` at a time: each process has its own peak)."""
+    (``workers`` at a time: each process has its own peak); ``micro``: micro-batches per step,
+    one for all or one per setup."""
     from concurrent.futures import ThreadPoolExecutor
 
     from course_lib.measure import bench
 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    micros = [micro] * len(setups) if isinstance(micro, int) else list(micro)
+    if len(micros) != len(setups):
+        raise ValueError(f"micro needs one value per setup ({len(setups)}), got {len(micros)}")
     target = f"{__name__}:step_case"
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(bench.peak_rss, target, asdict(s), prepare=True, env=FIXED_MMAP)
-                   for s in setups]
+        futures = [pool.submit(bench.peak_rss, target, {**asdict(s), "micro": m}, prepare=True,
+                               env=FIXED_MMAP) for s, m in zip(setups, micros)]
         return [f.result().extra_bytes for f in futures]
+
+
+def cuda_step(s: Setup, device: torch.device | str = "cuda", *, snapshot: str | None = None
+              ) -> int:
+    """One steady-state AdamW training step of ``s`` on a CUDA device (after a first step that
+    makes the optimizer's state): ``torch.cuda.max_memory_allocated`` over the step, in bytes
+    (compare ``anatomy.plan(s).peak``). With ``snapshot`` (a path), the step runs under
+    ``torch.cuda.memory._record_memory_history`` and its allocation timeline is written there:
+    open it at https://pytorch.org/memory_viz."""
+    model, batch = build(s)
+    model, batch = model.to(device), {k: v.to(device) for k, v in batch.items()}
+    opt = make_optimizer(s.optimizer, model.parameters())
+    step = functools.partial(train_step, model, batch, opt, device=device, dtype=None,
+                             loss_fn=task_loss("classification"), grad_clip=None)
+    step()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    if snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+    try:
+        step()
+        torch.cuda.synchronize(device)
+        if snapshot:
+            torch.cuda.memory._dump_snapshot(snapshot)
+    finally:
+        if snapshot:
+            torch.cuda.memory._record_memory_history(enabled=None)
+    return torch.cuda.max_memory_allocated(device)
+
+
+def checkpoint_times(base: Setup, lengths: Sequence[int], *, repeats: int, warmup: int = 1
+                     ) -> dict[int, dict[str, dict]]:
+    """One AdamW training step of ``base`` at each length under every checkpointing policy, timed
+    interleaved within each length (``bench.compare``, no checkpointing as the baseline):
+    ``{length: {policy: {"timing": Timing, "speedup": Ratio}}}``; a speed-up below 1 is the
+    time recomputation costs."""
+    from course_lib.measure import bench
+
+    out = {}
+    for length in lengths:
+        steps = {}
+        for policy in CHECKPOINTING:
+            model, batch = build(replace(base, length=length, checkpoint=policy))
+            opt = make_optimizer(base.optimizer, model.parameters())
+            steps[policy] = functools.partial(train_step, model, batch, opt, device="cpu",
+                                              dtype=None, loss_fn=task_loss("classification"),
+                                              grad_clip=None)
+        out[length] = bench.compare(steps, warmup=warmup, repeats=repeats, baseline="none")
+    return out
+
+
+def _layers(model: nn.Module) -> dict[nn.Module, str]:
+    """The course encoder's layers under the names the profiler ranges get."""
+    if isinstance(model, Checkpointed):     # its recomputation would re-enter the ranges
+        raise ValueError("allocations_by_layer profiles a model without checkpointing")
+    m = model
+    names = {m.tok: "embedding"}
+    for i, b in enumerate(m.blocks):
+        names |= {b.ln1: f"block {i} · LayerNorm 1", b.attn: f"block {i} · attention",
+                  b.ln2: f"block {i} · LayerNorm 2", b.ff: f"block {i} · feed-forward"}
+    return names | {m.ln_f: "final LayerNorm", m.head: "head"}
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's C++ side writes its start/stop lines straight to the process's stderr:
+    file descriptor 2 points at /dev/null while it runs."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def allocations_by_layer(model: nn.Module, batch: dict, opt: torch.optim.Optimizer
+                         ) -> dict[str, dict[str, int]]:
+    """A steady-state training step (after an unprofiled one) under ``torch.profiler``
+    (``profile_memory=True``) with each layer's
+    forward inside a ``record_function`` range (module hooks): per layer, in forward order, the
+    bytes its forward left allocated (``forward``: what it saved for backward, and its output)
+    and the net bytes of the backward nodes it created (``backward``: gradients written minus
+    activations freed; an autograd node is tied to the forward operation that made it by its
+    sequence number). ``"outside the layers"`` holds the rest (loss, optimizer step). The model
+    is the course's encoder without checkpointing."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    layers, open_ranges, hooks = _layers(model), {}, []
+
+    def enter(module, args):
+        open_ranges[module] = record_function(f"layer: {layers[module]}")
+        open_ranges[module].__enter__()
+
+    def leave(module, args, output):
+        open_ranges.pop(module).__exit__(None, None, None)
+
+    train_step(model, batch, opt, device="cpu", dtype=None, loss_fn=task_loss("classification"),
+               grad_clip=None)                 # unprofiled: the optimizer's state now exists
+    for module in layers:
+        hooks += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+    try:
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            train_step(model, batch, opt, device="cpu", dtype=None,
+                       loss_fn=task_loss("classification"), grad_clip=None)
+    finally:
+        for h in hooks:
+            h.remove()
+    rows: dict[str, dict[str, int]] = {name: {"forward": 0, "backward": 0}
+                                       for name in layers.values()}
+    rows["outside the layers"] = {"forward": 0, "backward": 0}
+    origin: dict[int, str] = {}                  # autograd sequence number -> layer
+    events = prof.events()
+    for e in events:
+        if e.name.startswith("layer: "):
+            rows[e.name[7:]]["forward"] += int(e.cpu_memory_usage)
+        elif e.sequence_nr >= 0 and not e.name.startswith("autograd::"):
+            p = e.cpu_parent
+            while p is not None and not p.name.startswith("layer: "):
+                p = p.cpu_parent
+            if p is not None:
+                origin.setdefault(e.sequence_nr, p.name[7:])
+    total = sum(int(e.self_cpu_memory_usage) for e in events)
+    for e in events:
+        if e.name.startswith("autograd::engine::evaluate_function"):
+            name = origin.get(e.sequence_nr, "outside the layers")
+            rows[name]["backward"] += int(e.cpu_memory_usage)
+    inside = sum(r["forward"] + r["backward"] for r in rows.values())
+    rows["outside the layers"]["forward"] += total - inside    # loss, optimizer, the rest
+    return rows
 
 
 def allocations_by_op(model: nn.Module, batch: dict, opt: torch.optim.Optimizer, *, top: int = 8
                       ) -> list[tuple[str, int, int]]:
     """One training step under ``torch.profiler`` with ``profile_memory=True``: the ``top``
-    operators by the memory they allocated themselves, as (name, calls, bytes). The profiler's
-    own start/stop lines, which its C++ side writes straight to the process's stderr, are
-    silenced (file descriptor 2 points at /dev/null while it runs)."""
-    import os
-    import sys
-
+    operators by the memory they allocated themselves, as (name, calls, bytes)."""
     from torch.profiler import ProfilerActivity, profile
 
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            train_step(model, batch, opt, device="cpu", dtype=None,
-                       loss_fn=task_loss("classification"), grad_clip=None)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        train_step(model, batch, opt, device="cpu", dtype=None,
+                   loss_fn=task_loss("classification"), grad_clip=None)
     events = sorted((e for e in prof.key_averages() if e.self_cpu_memory_usage > 0),
                     key=lambda e: -e.self_cpu_memory_usage)[:top]
     return [(e.key, e.count, int(e.self_cpu_memory_usage)) for e in events]

@@ -16,26 +16,31 @@ size), and the final parameters. Every strategy trains the same
 model on the same per-rank batches, so their final parameters can be compared: sharding changes
 where the numbers live, not what they are.
 
-Communication per step and rank is counted from each algorithm as run here (``traffic``).
+Communication per step and rank is counted twice: on paper from each algorithm (``traffic``),
+and as run, by intercepting every ``c10d`` collective of the last step (``CollectiveCounter``, a
+``TorchDispatchMode``: DDP's C++ reducer, ZeroRedundancyOptimizer's broadcasts and FSDP2's
+all-gathers and reduce-scatters all pass through torch's dispatcher).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_lib.core.model import build_model
 from course_lib.core.train import task_loss, train_step
-from course_lib.memory.measure import static_bytes
+from course_lib.memory.anatomy import Setup
 
-__all__ = ["STRATEGIES", "MODULE", "ShardConfig", "traffic", "train_rank", "worker_args", "main"]
+__all__ = ["STRATEGIES", "MODULE", "COLLECTIVES", "ShardConfig", "CollectiveCounter", "traffic", "train_rank", "worker_args", "main"]
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 MODULE = "course_lib.memory.sharding"
@@ -43,25 +48,27 @@ MODULE = "course_lib.memory.sharding"
 
 @dataclass(frozen=True)
 class ShardConfig:
+    """One sharding run: the strategy, the step (``anatomy.Setup``: model shape, per-rank batch,
+    optimizer) and how long. The setup's ``shards`` and ``zero`` stay at 1 and 0: the strategy
+    and the number of processes decide how the model is sharded."""
     strategy: str = "ddp"
+    setup: Setup = Setup(batch=8, length=64)   # batch: sequences per rank and step
     steps: int = 3           # enough for the optimizer state to exist and the runs to diverge
-    batch: int = 8           # sequences per rank and step
-    length: int = 64
-    vocab_size: int = 2048
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int = 256
     lr: float = 1e-3
     seed: int = 0
 
     def validate(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        for name in ("steps", "batch", "length", "vocab_size", "d_model", "n_layers", "n_heads",
-                     "d_ff"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        self.setup.validate()
+        s = self.setup
+        if (s.precision, s.checkpoint, s.shards, s.zero) != ("fp32", "none", 1, 0):
+            raise ValueError("the sharding worker trains in FP32 without checkpointing, and the "
+                             "strategy decides the sharding: setup needs precision='fp32', "
+                             f"checkpoint='none', shards=1, zero=0, got {s.precision!r}, "
+                             f"{s.checkpoint!r}, {s.shards}, {s.zero}")
 
 
 def traffic(strategy: str, *, ranks: int, weight_bytes: int, grad_bytes: int,
@@ -88,10 +95,10 @@ def traffic(strategy: str, *, ranks: int, weight_bytes: int, grad_bytes: int,
 
 
 def _batch(cfg: ShardConfig, rank: int, step: int) -> dict:
-    g = torch.Generator().manual_seed(1000 * cfg.seed + 100 * step + rank)
-    ids = torch.randint(2, cfg.vocab_size, (cfg.batch, cfg.length), generator=g)
+    s, g = cfg.setup, torch.Generator().manual_seed(1000 * cfg.seed + 100 * step + rank)
+    ids = torch.randint(2, s.vocab_size, (s.batch, s.length), generator=g)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
-            "labels": torch.randint(0, 2, (cfg.batch,), generator=g)}
+            "labels": torch.randint(0, s.n_outputs, (s.batch,), generator=g)}
 
 
 def _local_bytes(t: torch.Tensor) -> int:
@@ -99,15 +106,70 @@ def _local_bytes(t: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
+# The collectives a step can call, as torch's dispatcher names them (``c10d::`` ops; DDP's C++
+# reducer, ZeroRedundancyOptimizer and FSDP2 all reach them): which argument holds the full,
+# unsharded tensor(s), and the share of that payload one rank sends with ring algorithms on N
+# ranks (Thakur et al., 2005): an all-reduce is a reduce-scatter plus an all-gather.
+COLLECTIVES = {"allreduce_": (0, lambda n: 2 * (n - 1) / n),
+               "broadcast_": (0, lambda n: (n - 1) / n),
+               "allgather_": (0, lambda n: (n - 1) / n),
+               "_allgather_base_": (0, lambda n: (n - 1) / n),
+               "allgather_into_tensor_coalesced_": (0, lambda n: (n - 1) / n),
+               "reduce_scatter_": (1, lambda n: (n - 1) / n),
+               "_reduce_scatter_base_": (1, lambda n: (n - 1) / n),
+               "reduce_scatter_tensor_coalesced_": (1, lambda n: (n - 1) / n)}
+
+
+def _tensor_bytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_tensor_bytes(y) for y in x)
+    return 0
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """Intercepts every ``c10d`` collective dispatched while it is active (a
+    ``TorchDispatchMode``): ``calls`` and ``payload`` (bytes of the full tensors) per operation.
+    ``sent(ranks)`` turns the payloads into bytes one rank sends (``COLLECTIVES``); an operation
+    outside that table is kept in ``calls`` and ``payload`` and named by ``unknown``."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+        self.payload: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "c10d":
+            name = func.__name__.split(".")[0]
+            where = COLLECTIVES.get(name, (0, None))[0]
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.payload[name] = self.payload.get(name, 0) + _tensor_bytes(args[where])
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def unknown(self) -> list[str]:
+        return sorted(set(self.calls) - set(COLLECTIVES))
+
+    def sent(self, ranks: int) -> dict[str, int]:
+        """Bytes one rank sends per operation (ring algorithms), for the known operations."""
+        return {k: round(COLLECTIVES[k][1](ranks) * v) for k, v in self.payload.items()
+                if k in COLLECTIVES}
+
+
 def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
     """Train ``cfg.steps`` steps on this rank (the process group is up) and return what it
-    holds: weights, gradients and optimizer state in bytes, and the full final parameters."""
+    holds (weights, gradients and optimizer state in bytes), the collectives of its last step
+    (intercepted: calls, payload and sent bytes per operation) and the full final parameters."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from course_lib.memory.measure import TORCH_OPTIMIZERS, make_optimizer
+
     cfg.validate()
-    model = build_model(cfg.vocab_size, preset="teacher", seed=cfg.seed, d_model=cfg.d_model,
-                        n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff,
-                        max_len=max(512, cfg.length))
+    s = cfg.setup
+    model = build_model(s.vocab_size, preset="teacher", seed=cfg.seed, d_model=s.d_model,
+                        n_layers=s.n_layers, n_heads=s.n_heads, d_ff=s.d_ff,
+                        n_outputs=s.n_outputs, max_len=max(512, s.length))
     if cfg.strategy == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -116,20 +178,24 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
         for block in model.blocks:          # each block gathered just before it runs
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)       # the rest: embedding, final norm, head
-        net, opt = model, torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        net, opt = model, make_optimizer(s.optimizer, model.parameters(), lr=cfg.lr)
     else:
         net = DDP(model)
         if cfg.strategy == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer
-            opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.AdamW,
-                                          lr=cfg.lr)
+            cls, options = TORCH_OPTIMIZERS[s.optimizer]
+            opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=cls, lr=cfg.lr,
+                                          **options)
         else:
-            opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr)
+            opt = make_optimizer(s.optimizer, net.parameters(), lr=cfg.lr)
     loss_fn = task_loss("classification")
+    counter = CollectiveCounter()
     t0 = time.perf_counter()
     for step in range(cfg.steps):
-        train_step(net, _batch(cfg, rank, step), opt, device="cpu", dtype=None, loss_fn=loss_fn,
-                   grad_clip=None)
+        last = step == cfg.steps - 1        # earlier steps include FSDP2's lazy set-up
+        with counter if last else contextlib.nullcontext():
+            train_step(net, _batch(cfg, rank, step), opt, device="cpu", dtype=None,
+                       loss_fn=loss_fn, grad_clip=None)
     seconds = time.perf_counter() - t0
     params = list(model.parameters())
     local_opt = opt.optim if cfg.strategy == "zero1" else opt
@@ -139,34 +205,49 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
                              if torch.is_tensor(v) and v.dim() > 0)}
     full = [p.full_tensor() if hasattr(p, "full_tensor") else p.detach() for p in params]
     return {"held": held, "seconds": seconds,
+            "collectives": {"calls": counter.calls, "payload": counter.payload,
+                            "sent": counter.sent(world_size), "unknown": counter.unknown},
             "params": torch.cat([t.reshape(-1) for t in full]).detach().clone(),
             "full_weights": sum(t.numel() * t.element_size() for t in full)}
 
 
-def _parse(argv: Sequence[str] | None) -> tuple[ShardConfig, str | None]:
+_SETUP_OPTIONS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "n_outputs", "batch",
+                  "length", "optimizer")   # what the worker's command line sets of the Setup
+_RUN_OPTIONS = ("strategy", "steps", "lr", "seed")
+
+
+def _parse(argv: Sequence[str] | None) -> tuple[ShardConfig, str | None, int]:
     ap = argparse.ArgumentParser(prog=MODULE)
-    for name, default in asdict(ShardConfig()).items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    defaults = ShardConfig()
+    for name in _RUN_OPTIONS:
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)),
+                        default=getattr(defaults, name))
+    for name in _SETUP_OPTIONS:
+        value = getattr(defaults.setup, name)
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     ap.add_argument("--out", default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = vars(ap.parse_args([str(a) for a in (argv or [])]))
     out, threads = args.pop("out"), args.pop("threads")
-    torch.set_num_threads(threads)
-    return ShardConfig(**args), out
+    setup = replace(defaults.setup, **{k: args.pop(k) for k in _SETUP_OPTIONS})
+    return ShardConfig(setup=setup, **args), out, threads
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """torchrun entry point: rank 0 writes every rank's bytes and the final parameters."""
+    """torchrun entry point: rank 0 writes every rank's bytes, its last step's collectives and
+    the final parameters."""
     import sys
 
-    cfg, out = _parse(sys.argv[1:] if argv is None else argv)
+    cfg, out, threads = _parse(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(threads)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         got = train_rank(cfg, rank=rank, world_size=world)
         every: list = [None] * world
         dist.all_gather_object(every, {"rank": rank, "held": got["held"],
-                                       "seconds": got["seconds"]})
+                                       "seconds": got["seconds"],
+                                       "collectives": got["collectives"]})
         if rank == 0 and out:
             torch.save(got["params"], Path(out).with_suffix(".params.pt"))
             tmp = Path(out).with_suffix(".tmp")
@@ -183,7 +264,9 @@ def worker_args(cfg: ShardConfig) -> list[str]:
     """The command-line options of ``main`` for ``cfg``: what ``distributed.launch.launch``
     passes to the worker (``launch(worker_args(cfg), nproc=2, module=MODULE)``)."""
     cfg.validate()
-    return [a for k, v in asdict(cfg).items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    pairs = [(k, getattr(cfg, k)) for k in _RUN_OPTIONS] + \
+        [(k, getattr(cfg.setup, k)) for k in _SETUP_OPTIONS]
+    return [a for k, v in pairs for a in (f"--{k.replace('_', '-')}", str(v))]
 
 
 if __name__ == "__main__":
