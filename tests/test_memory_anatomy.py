@@ -147,3 +147,14 @@ def test_root_bytes_and_attention_work_by_hand():
     s = A.Setup(vocab_size=100, d_model=8, d_ff=16, n_heads=2, n_outputs=2, length=4)
     assert A.root_bytes(s) == 4 * (100 * 8 + 8 + 8 + 2 * 8 + 2)
     assert A.attention_work_share(s) == pytest.approx((4 * 64 + 2 * 4 * 8) / (4 * 64 + 2 * 4 * 8 + 2 * 8 * 16))
+
+
+def test_accumulated_step_by_hand():
+    s = A.Setup(batch=8, length=64)
+    half = replace(s, batch=4)
+    assert A.accumulated_step(s, 1) == A.plan(s).step
+    # from the second micro-batch on: its activations and the whole gradient at once
+    assert A.accumulated_step(s, 2) == A.activation_bytes(half) + A.plan(s).gradients
+    assert A.accumulated_step(s, 2) > A.plan(half).step
+    with pytest.raises(ValueError, match="divide"):
+        A.accumulated_step(s, 3)

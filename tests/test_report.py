@@ -235,3 +235,17 @@ def test_skipped_sections_are_listed_with_their_reason():
     part = page[page.index("Skipped sections"):]
     assert "flex_attention" in part and "no C compiler on this machine" in part
     assert "None: every section ran" in summary_html({}, {})
+
+
+def test_stored_runs_hold_only_current_lessons():
+    # a renumbering must rename the reference runs' lessons too (their results are shown beside
+    # this machine's, lesson by lesson)
+    from pathlib import Path
+
+    from course_lib.tools.saved_runs import load_runs
+    stems = {p.stem for p in (Path(__file__).parents[1] / "notebooks").glob("*.ipynb")}
+    runs = load_runs()
+    assert runs
+    for name, run in runs.items():
+        assert set(run["lessons"]) <= stems, (name, sorted(set(run["lessons"]) - stems))
+        assert set(run.get("seconds", {})) <= set(run["lessons"]), name

@@ -256,10 +256,13 @@ class EncoderClassifier(nn.Module):
         nn.init.normal_(self.tok.weight, std=0.02)
         with torch.no_grad():
             self.tok.weight[cfg.pad_id].zero_()
-        # Not parameters and not saved in the state dict: recomputed from the config.
-        cos, sin = rotary_tables(cfg.max_len, cfg.head_size, base=cfg.rope_base)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        # Not parameters and not saved in the state dict: recomputed from the config. Only a
+        # rotary model holds them: a buffer it never reads would still cost memory, and DDP
+        # broadcasts every buffer before each forward pass (lesson 09 intercepts it).
+        if cfg.positions == "rope":
+            cos, sin = rotary_tables(cfg.max_len, cfg.head_size, base=cfg.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.dim() != 2:

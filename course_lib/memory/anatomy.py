@@ -42,11 +42,11 @@ recomputes its own. Activations + gradients would overcount wherever both are la
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 __all__ = ["OPTIMIZERS", "CHECKPOINTING", "PRECISIONS", "Setup", "Plan", "plan",
            "parameter_shapes", "block_activation_values", "block_bytes", "activation_bytes",
-           "root_bytes", "attention_work_share"]
+           "root_bytes", "attention_work_share", "accumulated_step"]
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor")
 CHECKPOINTING = ("none", "every", "every_other", "attention")
@@ -244,3 +244,15 @@ def plan(s: Setup) -> Plan:
     step = max(_backward_peak(s, per_block, after), gradients)   # the embedding's comes last
     return Plan(weights=weights, gradients=gradients, optimizer=optimizer,
                 activations=activation_bytes(s), step=step, parameters=n)
+
+
+def accumulated_step(s: Setup, micro: int) -> int:
+    """The most bytes a training step of ``s`` adds when its batch runs as ``micro``
+    micro-batches whose gradients are accumulated: the first micro-batch's step (``plan``), and
+    from the second on, one micro-batch's activations with the whole gradient alive from the
+    start of its backward (the first wrote it; the others add into it)."""
+    if micro < 1 or s.batch % micro:
+        raise ValueError(f"micro must be >= 1 and divide batch ({s.batch}), got {micro}")
+    one = replace(s, batch=s.batch // micro)
+    p = plan(one)
+    return p.step if micro == 1 else max(p.step, _backward_peak(one) + p.gradients)

@@ -14,7 +14,11 @@ COMPONENTS = (("weights", "#4C72B0"), ("gradients", "#55A868"), ("optimizer", "#
 MIB = 2 ** 20
 
 
-def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None):
+NAMES = {"sgd": "SGD", "sgd_momentum": "SGD +\nmomentum", "adam": "Adam", "adamw": "AdamW",
+         "adafactor": "Adafactor"}
+
+
+def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None, legend: bool = True):
     """Stacked bars: weights, gradients, optimizer state and activations of each plan (MiB)."""
     from course_lib.ui.plots import new_figure
 
@@ -23,14 +27,15 @@ def anatomy_figure(plans: Mapping[str, Plan], *, title: str, ax=None):
         fig, ax = new_figure(width=max(5.0, 1.1 * len(plans) + 2.5))
     bottom = [0.0] * len(plans)
     names = list(plans)
-    labels = [n.replace("_", "\n") for n in names]          # "sgd_momentum" on two lines
+    labels = [NAMES.get(n, n) for n in names]
     for comp, colour in COMPONENTS:
         vals = [getattr(plans[n], comp) / MIB for n in names]
         ax.bar(labels, vals, bottom=bottom, color=colour, label=comp)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_ylabel("MiB per rank")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
     return fig
 
 
@@ -83,20 +88,27 @@ def checkpoint_figure(memory: Mapping[str, Mapping[int, tuple[float, float]]],
     a0.legend(fontsize=8, title="checkpointing", title_fontsize=8)
     a1.set_ylabel(f"step time ÷ no checkpointing ({device})")
     a1.set_title("Time (95% intervals; dotted: your length)", fontsize=10)
+    a1.legend(fontsize=8)
     return fig
 
 
 def layer_table(rows: Mapping[str, Mapping[str, int]], *, blocks: int) -> str:
     """Markdown: ``measure.allocations_by_layer``'s rows with the blocks' layers summed by kind
-    (their values per block are equal: a test checks it), in MiB."""
+    (their values per block are equal: a test checks it), one block's total, in MiB."""
     kinds: dict[str, dict[str, float]] = {}
     for name, r in rows.items():
-        kind = name.split(" · ")[-1] + (f" (× {blocks} blocks)" if " · " in name else "")
+        kind = {"outside the layers": "the rest (residual sums, pooling, loss, optimizer)"}.get(
+            name, name.split(" · ")[-1] + (f" (× {blocks} blocks)" if " · " in name else ""))
         k = kinds.setdefault(kind, {"forward": 0.0, "backward": 0.0})
         k["forward"] += r["forward"] / MIB
         k["backward"] += r["backward"] / MIB
-    lines = ["| layer | forward: kept for backward (MiB) | backward: net (MiB) |", "|---|---|---|"]
-    lines += [f"| {k} | {v['forward']:.2f} | {v['backward']:+.2f} |" for k, v in kinds.items()]
+    block = {d: sum(r[d] for n, r in rows.items() if n.startswith("block 0 · ")) / MIB
+             for d in ("forward", "backward")}
+    lines = ["| layer | forward: still allocated when it returns (MiB) | backward: net (MiB) |",
+             "|---|---|---|"]
+    lines += [f"| {k} | {v['forward']:+.2f} | {v['backward']:+.2f} |" for k, v in kinds.items()]
+    lines.append(f"| *one block (its four rows, ÷ {blocks})* | *{block['forward']:+.2f}* "
+                 f"| *{block['backward']:+.2f}* |")
     return "\n".join(lines)
 
 
@@ -111,7 +123,7 @@ def share_figure(shares: Mapping[str, Mapping[int, float]], *, learner: tuple[st
         ax.plot(xs, [100 * pts[x] for x in xs], "o-", label=series)
     s, x = learner
     ax.plot([x], [100 * shares[s][x]], "*", ms=14, color="k", label="your setting")
-    ax.axhline(50, color="#C44E52", ls="--", lw=1, label="half of the peak")
+    ax.axhline(50, color="#777777", ls="--", lw=1, label="half of the peak")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("activations ÷ step peak (%)")

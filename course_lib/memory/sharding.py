@@ -109,7 +109,9 @@ def _local_bytes(t: torch.Tensor) -> int:
 # The collectives a step can call, as torch's dispatcher names them (``c10d::`` ops; DDP's C++
 # reducer, ZeroRedundancyOptimizer and FSDP2 all reach them): which argument holds the full,
 # unsharded tensor(s), and the share of that payload one rank sends with ring algorithms on N
-# ranks (Thakur et al., 2005): an all-reduce is a reduce-scatter plus an all-gather.
+# ranks (Thakur et al., 2005): an all-reduce is a reduce-scatter plus an all-gather. A convention,
+# not a measurement of the wire: gloo picks its own algorithms, and for a broadcast the share is
+# an average over ranks (the root sends the payload, the others pass it on or only receive).
 COLLECTIVES = {"allreduce_": (0, lambda n: 2 * (n - 1) / n),
                "broadcast_": (0, lambda n: (n - 1) / n),
                "allgather_": (0, lambda n: (n - 1) / n),
@@ -131,7 +133,8 @@ def _tensor_bytes(x) -> int:
 class CollectiveCounter(TorchDispatchMode):
     """Intercepts every ``c10d`` collective dispatched while it is active (a
     ``TorchDispatchMode``): ``calls`` and ``payload`` (bytes of the full tensors) per operation.
-    ``sent(ranks)`` turns the payloads into bytes one rank sends (``COLLECTIVES``); an operation
+    What it observes is which collectives run and on how many bytes; ``sent(ranks)`` turns
+    the payloads into bytes per rank by the ring convention (``COLLECTIVES``). An operation
     outside that table is kept in ``calls`` and ``payload`` and named by ``unknown``."""
 
     def __init__(self):
@@ -152,7 +155,7 @@ class CollectiveCounter(TorchDispatchMode):
         return sorted(set(self.calls) - set(COLLECTIVES))
 
     def sent(self, ranks: int) -> dict[str, int]:
-        """Bytes one rank sends per operation (ring algorithms), for the known operations."""
+        """Bytes one rank sends per operation by the ring convention, for the known operations."""
         return {k: round(COLLECTIVES[k][1](ranks) * v) for k, v in self.payload.items()
                 if k in COLLECTIVES}
 
