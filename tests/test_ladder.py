@@ -292,3 +292,51 @@ def test_the_bucketed_test_set_is_timed_in_strata_and_scored_on_all_of_it(smoke_
     fixed = M.timed_strata(zoo, inputs, ladder.Rung("base"))
     assert len(fixed) == 1 and fixed[0][1] == len(zoo.corpus.test) / 8
     assert len(M.test_loader(zoo, inputs, rung).dataset) == len(zoo.corpus.test)
+
+
+def test_bucketed_training_steps_are_timed_in_width_order(smoke_run, monkeypatch):
+    # ladder_speedups takes the epoch's error from successive differences: it needs the timed
+    # steps in the order of their width (the warm-up takes the widest, then the rest in order)
+    from course_lib.capstone import ladder_meters as M
+    from dataclasses import replace
+    zoo = smoke_run[0]
+    monkeypatch.setattr(zoo, "settings", replace(zoo.settings, bucket_train_batches=6))
+    widths = []
+    monkeypatch.setattr(M, "make_step_fn", lambda model, b, **kw: lambda: widths.append(b["input_ids"].shape[1]))
+    sampled, _ = M._epoch_sample(zoo, "bucketed")
+    out = M.train_epoch_samples(zoo, [ladder.Rung("b", bucketing=True)])
+    assert len(sampled) > 2 and len(out[ladder.Rung("b", bucketing=True).key]) == len(sampled)
+    timed = widths[1:]
+    assert widths[0] == max(widths) and timed == sorted(timed) and len(set(timed)) > 1
+
+
+def test_practitioner_start_is_timed_with_dynamic_padding_beside_the_rungs(smoke_run):
+    zoo, inputs, rows, _ = smoke_run
+    rungs = ladder.ladder()[:2]
+    test_s = M.test_set_samples(zoo, inputs, rungs, practitioner=True)
+    assert set(test_s) == {r.key for r in rungs} | {("practitioner",)}
+    assert all(len(v) == zoo.settings.test_repeats for v in test_s.values())   # same passes: paired
+    train_s = M.train_epoch_samples(zoo, rungs, practitioner=True)
+    assert len(train_s[("practitioner",)]) >= 1 and min(train_s[("practitioner",)]) > 0
+    # dynamic padding: every batch as wide as its longest review, in the split's order
+    loader = M.test_loader(zoo, inputs, M.PRACTITIONER, dynamic=True)
+    lengths, start = zoo.corpus.test.lengths, 0
+    for b in loader:
+        n = b["input_ids"].shape[0]
+        assert b["input_ids"].shape[1] == max(lengths[start:start + n])
+        start += n
+    assert start == len(lengths)
+    assert M.PRACTITIONER.techniques == ("sdpa",)
+
+
+def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens(smoke_run, monkeypatch):
+    from dataclasses import replace
+    zoo, inputs, _, _ = smoke_run
+    monkeypatch.setattr(zoo, "settings", replace(zoo.settings, eval_batch=4, dynamic_sample=4))
+    (sample, factor), = M.timed_strata(zoo, inputs, M.PRACTITIONER, dynamic=True)
+    every = list(M.test_loader(zoo, inputs, M.PRACTITIONER, dynamic=True))
+    tokens = [b["input_ids"].numel() for b in every]
+    assert len(sample) == len(every[2::4])                    # every 4th batch, from the 3rd
+    got = [b["input_ids"].numel() for b in sample]
+    assert got == sorted(tokens)[2::4]
+    assert factor * sum(got) == pytest.approx(sum(tokens))

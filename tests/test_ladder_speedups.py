@@ -28,16 +28,41 @@ def test_a_paired_speedup_is_the_geometric_mean_of_per_repeat_ratios():
 
 
 def test_an_unpaired_speedup_adds_relative_errors_in_quadrature():
-    base = _point("base", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0])
-    fast = _point("fast", train_epoch_s=[10.0, 12.0, 8.0])
+    base = _point("base", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0]) | {"width_ordered": True}
+    fast = _point("fast", train_epoch_s=[10.0, 12.0, 8.0]) | {"width_ordered": True}
     e = S.rung_speedup(base, fast, "train_epoch_s")
-    ma, sa = 100.0, math.sqrt(200 / 4) / math.sqrt(5)
-    mb, sb = 10.0, math.sqrt(8 / 2) / math.sqrt(3)
+    # successive differences, by hand: base 10, -20, 10, 0; fast 2, -4
+    ma, sa = 100.0, math.sqrt((100 + 400 + 100 + 0) / (2 * 4) / 5)
+    mb, sb = 10.0, math.sqrt((4 + 16) / (2 * 2) / 3)
     assert e.value == pytest.approx(10.0)
     assert e.se == pytest.approx(10.0 * math.sqrt((sa / ma) ** 2 + (sb / mb) ** 2))
-    assert e.dof == 2.0                                 # the smaller sample's n - 1
+    assert e.dof == pytest.approx(2 * 2 ** 2 / (3 * 3 - 4))   # the smaller sample's
     one = S.rung_speedup(base, _point("once", train_epoch_s=[10.0]), "train_epoch_s")
     assert one.value == pytest.approx(10.0) and math.isinf(one.se)
+    # fixed padding (not width-ordered): the plain standard error, n - 1 degrees of freedom
+    plain = S.rung_speedup(_point("b", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0]), fast, "train_epoch_s")
+    sa = math.sqrt(200 / 4) / math.sqrt(5)
+    assert plain.se == pytest.approx(10.0 * math.sqrt((sa / 100) ** 2 + (sb / mb) ** 2))
+    assert plain.dof == pytest.approx(2 * 2 ** 2 / (3 * 3 - 4))     # fast's, the smaller
+
+
+def test_an_epoch_of_widths_is_not_noise():
+    # bucketed steps by width: a steep trend (x1 to x8) with 2% noise; the plain spread calls
+    # the trend noise, successive differences see mostly the noise
+    import random
+    rng = random.Random(0)
+    widths = [1 + 7 * i / 15 for i in range(16)]
+    slow = [w * (1 + 0.02 * rng.gauss(0, 1)) for w in widths]
+    fast = [w / 2 * (1 + 0.02 * rng.gauss(0, 1)) for w in widths]
+    plain = S.speedup(slow, fast, paired=False)
+    ordered = S.speedup(slow, fast, paired=False, ordered=True)
+    assert plain.value == ordered.value == pytest.approx(2.0, rel=0.03)
+    assert ordered.se < plain.se / 4
+    # without a trend the two estimate the same noise
+    flat = [1 + 0.05 * rng.gauss(0, 1) for _ in range(400)]
+    a = S.speedup(flat, flat[::-1], paired=False)
+    b = S.speedup(flat, flat[::-1], paired=False, ordered=True)
+    assert b.se == pytest.approx(a.se, rel=0.2)
 
 
 def test_bad_input_names_the_metric_or_the_repeats():

@@ -118,9 +118,12 @@ class Settings:
     eval_batch: int = 64            # test-set batch size
     fixed_train_batches: int = 5    # timed steps at fixed padding (every batch costs the same)
     bucket_train_batches: int = 8   # timed bucketed steps, spread over the epoch's batch widths
-    fixed_test_reviews: int = 128   # test reviews timed at fixed padding, scaled to the test set
+    fixed_test_reviews: int = 64    # test reviews timed at fixed padding (every batch of 64 costs
+                                    # the same: one batch stands for all), scaled to the test set
     bucket_sample: int = 3          # bucketed test set: the costliest batches (half the padded
                                     # tokens) timed in full, every 3rd of the rest, scaled
+    dynamic_sample: int = 4         # the practitioner's test set (dynamic padding): every 4th
+                                    # batch in width order, scaled by padded tokens
     warmup: int = 1
     repeats: int = 3                # latency repeats of the rungs (other points: one)
     test_repeats: int = 3           # test-set passes per rung (paired ratios need >= 2)

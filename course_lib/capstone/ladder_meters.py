@@ -36,6 +36,11 @@ from course_lib.core.train import predict
 
 MiB = 2**20
 
+# A practitioner's first attempt, measured beside the fixed-512 baseline: the teacher in FP32
+# with SDPA's fused kernel, each batch padded to its own longest review, batches in the data's
+# order (dynamic padding, lesson 01; sorting by length would be bucketing, lesson 02).
+PRACTITIONER = Rung("practitioner", sdpa=True)
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -71,8 +76,12 @@ def typical_batch(zoo: ModelZoo, inputs: Inputs, rung: Rung, size: int):
     return ids.to(dev), mask.to(dev)
 
 
-def test_loader(zoo: ModelZoo, inputs: Inputs, rung: Rung):
+def test_loader(zoo: ModelZoo, inputs: Inputs, rung: Rung, *, dynamic: bool = False):
+    """The test split as ``rung`` runs it: bucketed, or ``fixed_test_reviews`` of it at fixed
+    padding, or with ``dynamic`` the whole split in its order, each batch padded to its longest."""
     s, test = zoo.settings, zoo.corpus.test
+    if dynamic:
+        return make_loader(test, bucketed=False, batch_size=s.eval_batch, shuffle=False)
     if rung.bucketing:
         return make_loader(test, batch_size=s.eval_batch, shuffle=False)
     return make_loader(Subset(test, inputs.fixed_subset), bucketed=False,
@@ -126,21 +135,29 @@ def latencies(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *, batch_siz
         zoo, inputs, rungs, batch_size=batch_size, repeats=repeats).items()}
 
 
-def timed_strata(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> list[tuple[object, float]]:
+def timed_strata(zoo: ModelZoo, inputs: Inputs, rung: Rung, *, dynamic: bool = False
+                 ) -> list[tuple[object, float]]:
     """What is timed to stand for the whole test set: ``(batches, factor)`` strata whose times,
     each multiplied by its factor, add up to the set's. Fixed padding: ``fixed_test_reviews``
     random reviews (every batch costs the same), scaled to the set. Bucketing: the set's own
     batches; the costliest (by padded tokens) that make up half of all padded tokens are timed
     in full, and of the rest every ``bucket_sample``-th, scaled by padded tokens (a ratio
     estimate: a few wide batches, whose attention grows as L², dominate the time and are never
-    sampled away). Accuracy is scored on every review (``test_loader``)."""
+    sampled away). Dynamic padding (``dynamic``): the split's batches in its own order, all
+    of them wide (a batch of random reviews holds a long one), so a plain systematic sample
+    does: every ``dynamic_sample``-th batch in width order, scaled by padded tokens. Accuracy is
+    scored on every review (``test_loader``)."""
     s, test = zoo.settings, zoo.corpus.test
-    loader = test_loader(zoo, inputs, rung)
+    loader = test_loader(zoo, inputs, rung, dynamic=dynamic)
+    tokens = lambda b: b["input_ids"].numel()   # noqa: E731
+    if dynamic:
+        batches = sorted(loader, key=tokens)
+        sample = batches[s.dynamic_sample // 2::s.dynamic_sample] or batches
+        return [(sample, sum(map(tokens, batches)) / sum(map(tokens, sample)))]
     if not rung.bucketing:
         return [(loader, len(test) / len(loader.dataset))]
     if s.bucket_sample <= 1:
         return [(loader, 1.0)]
-    tokens = lambda b: b["input_ids"].numel()   # noqa: E731
     batches = sorted(loader, key=tokens, reverse=True)
     total, acc, cut = sum(map(tokens, batches)), 0, 0
     while cut < len(batches) and acc < total / 2:
@@ -152,31 +169,41 @@ def timed_strata(zoo: ModelZoo, inputs: Inputs, rung: Rung) -> list[tuple[object
     return [(top, 1.0), (sample, sum(map(tokens, rest)) / sum(map(tokens, sample)))]
 
 
-def test_set_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung]) -> dict[tuple, list[float]]:
+def test_set_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
+                     practitioner: bool = False) -> dict[tuple, list[float]]:
     """Seconds to run the whole test set, each repeat, interleaved with the order rotated, by
-    ``Rung.key``: the strata of ``timed_strata``, each timed and scaled, added up per repeat.
-    No warm-up: ``accuracy`` and ``latencies`` ran every model before."""
-    strata = {r.key: timed_strata(zoo, inputs, r) for r in rungs}
-    fns = {(r.key, i): functools.partial(run_test_set, zoo, inputs, r, part)
-           for r in rungs for i, (part, _) in enumerate(strata[r.key])}
+    ``Rung.key``: the strata of ``timed_strata``, each timed and scaled, added up per repeat;
+    with ``practitioner``, ``PRACTITIONER`` (dynamic padding) too, under the key
+    ``("practitioner",)``. No warm-up: ``accuracy`` and ``latencies`` ran every model before."""
+    runs = [(r.key, r, False) for r in rungs] + ([(("practitioner",), PRACTITIONER, True)]
+                                                 if practitioner else [])
+    strata = {k: timed_strata(zoo, inputs, r, dynamic=d) for k, r, d in runs}
+    fns = {(k, i): functools.partial(run_test_set, zoo, inputs, r, part)
+           for k, r, _ in runs for i, (part, _) in enumerate(strata[k])}
     res = bench.compare(fns, warmup=0, repeats=zoo.settings.test_repeats, device=zoo.device,
                         rotate=True)
     return {k: [sum(res[(k, i)]["timing"].samples[j] * f for i, (_, f) in enumerate(parts))
                 for j in range(zoo.settings.test_repeats)] for k, parts in strata.items()}
 
 
-def _epoch_sample(zoo: ModelZoo, bucketing: bool) -> tuple[list[dict], int]:
-    """A few collated training batches standing for an epoch, and the epoch's batch count."""
+def _epoch_sample(zoo: ModelZoo, padding: str) -> tuple[list[dict], int]:
+    """A few collated training batches standing for an epoch, and the epoch's batch count.
+    ``padding``: "fixed" (random batches padded to ``fixed_length``), "bucketed", or "dynamic"
+    (random batches padded to their longest); bucketed and dynamic batches are picked evenly
+    over the epoch's batch widths, in width order."""
     n, s = zoo.corpus.train.lengths, zoo.settings
-    if bucketing:
+    if padding == "bucketed":
         plan = list(BucketBatchSampler(n, batch_size=s.train_batch, seed=zoo.seed))
-        k, cost = s.bucket_train_batches, lambda b: max(n[i] for i in b)
     else:
         perm = torch.randperm(len(n), generator=torch.Generator().manual_seed(zoo.seed))
         plan = [perm[i:i + s.train_batch].tolist() for i in range(0, len(n), s.train_batch)]
+    if padding == "fixed":
         k, cost = s.fixed_train_batches, len
+    else:   # dynamic batches are all wide: as few as fixed padding's
+        k = s.bucket_train_batches if padding == "bucketed" else s.fixed_train_batches
+        cost = lambda b: max(n[i] for i in b)   # noqa: E731
     k, by_cost = min(k, len(plan)), sorted(plan, key=cost)
-    collate = Collate(max_length=None if bucketing else s.fixed_length)
+    collate = Collate(max_length=s.fixed_length if padding == "fixed" else None)
     return [collate([zoo.corpus.train[i] for i in by_cost[(2 * j + 1) * len(plan) // (2 * k)]])
             for j in range(k)], len(plan)
 
@@ -186,8 +213,10 @@ def _training_steps(zoo: ModelZoo, rung: Rung, batches: list[dict]) -> Callable:
     (it may be the teacher, which ``distill`` froze: the copy trains again)."""
     model = copy.deepcopy(zoo.model(replace(rung, int8=False))).requires_grad_(True)
     name = choose_precision(zoo.device).name if rung.amp else "fp32"
-    steps = itertools.cycle([make_step_fn(model, b, precision_name=name, device=zoo.device)
-                             for b in batches])
+    fns = [make_step_fn(model, b, precision_name=name, device=zoo.device) for b in batches]
+    # the first call (the warm-up) takes the last batch, so that the timed calls then run the
+    # batches in their order (by width, for bucketing): ``ladder_speedups`` relies on it
+    steps = itertools.cycle(fns[-1:] + fns[:-1])
 
     def step():
         with applied(replace(rung, amp=False), device_type=zoo.device.type, dtype=None):
@@ -195,31 +224,37 @@ def _training_steps(zoo: ModelZoo, rung: Rung, batches: list[dict]) -> Callable:
     return step
 
 
-def train_epoch_samples(zoo: ModelZoo, rungs: Sequence[Rung]) -> dict[tuple, list[float]]:
+def train_epoch_samples(zoo: ModelZoo, rungs: Sequence[Rung], *, practitioner: bool = False
+                        ) -> dict[tuple, list[float]]:
     """Seconds per epoch of training the float model each rung serves with its training
-    techniques (bucketing, amp, sdpa; int8 comes after training), by ``Rung.key``: each timed
-    step on a few batches of one epoch's plan (fixed padding: any; bucketed: spread over the
-    batch widths), scaled to the epoch; their mean estimates the epoch. After a warm-up step
-    each, the rungs' steps are interleaved in rounds, the order rotated from round to round and
-    the fewer fixed-padding steps spread over the rounds, so drift hits all alike."""
-    def tkey(r):
-        return r.distill, r.prune, r.bucketing, r.amp, r.sdpa
-    todo = {tkey(r): r for r in rungs}
-    sample = {b: _epoch_sample(zoo, b) for b in {r.bucketing for r in todo.values()}}
-    steps = {k: _training_steps(zoo, r, sample[r.bucketing][0]) for k, r in todo.items()}
+    techniques (bucketing, amp, sdpa; int8 comes after training), by ``Rung.key``; with
+    ``practitioner``, ``PRACTITIONER`` too (dynamic padding), under ``("practitioner",)``. Each
+    timed step runs one of a few batches of one epoch's plan (fixed padding: any; bucketed and
+    dynamic: spread over the batch widths, in the order of their width), scaled to the epoch;
+    their mean estimates the epoch. After a warm-up step each, the steps are interleaved in
+    rounds, the order rotated from round to round and the fewer fixed-padding steps spread over
+    the rounds, so drift hits all alike."""
+    def padding(r):
+        return "bucketed" if r.bucketing else "fixed"
+    todo = {(r.distill, r.prune, r.bucketing, r.amp, r.sdpa): (r, padding(r)) for r in rungs}
+    if practitioner:
+        todo[("practitioner",)] = (PRACTITIONER, "dynamic")
+    sample = {p: _epoch_sample(zoo, p) for p in {p for _, p in todo.values()}}
+    steps = {k: _training_steps(zoo, r, sample[p][0]) for k, (r, p) in todo.items()}
     for step in steps.values():
         step()
     rounds = max((len(b) for b, _ in sample.values()), default=0)
-    due = {k: {i * rounds // len(sample[r.bucketing][0]) for i in range(len(sample[r.bucketing][0]))}
-           for k, r in todo.items()}
+    due = {k: {i * rounds // len(sample[p][0]) for i in range(len(sample[p][0]))}
+           for k, (_, p) in todo.items()}
     times: dict[tuple, list[float]] = {k: [] for k in todo}
     for j in range(rounds):
         now = [(k, step) for k, step in steps.items() if j in due[k]]
         now = dict(now[j % len(now):] + now[:j % len(now)]) if now else {}
         for k, v in (bench.compare(now, warmup=0, repeats=1, device=zoo.device).items() if now else ()):
             times[k].append(v["timing"].median)
-    per = {k: [t * sample[r.bucketing][1] for t in times[k]] for k, r in todo.items()}
-    return {r.key: per[tkey(r)] for r in rungs}
+    per = {k: [t * sample[p][1] for t in times[k]] for k, (_, p) in todo.items()}
+    out = {r.key: per[(r.distill, r.prune, r.bucketing, r.amp, r.sdpa)] for r in rungs}
+    return out | ({("practitioner",): per[("practitioner",)]} if practitioner else {})
 
 
 def _median(xs):
@@ -276,11 +311,13 @@ def serve_probe(*, path: str, int8: bool, amp: bool, sdpa: bool, prepare: bool =
 
 
 def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
-            others: Sequence[Rung] = (), progress: bool = True
-            ) -> tuple[list[dict], dict[tuple, dict]]:
+            others: Sequence[Rung] = (), progress: bool = True,
+            practitioner: dict | None = None) -> tuple[list[dict], dict[tuple, dict]]:
     """Measure ``rungs`` fully and ``others`` (e.g. ``combinations()``) for accuracy, latency
     and size, and the training time of every point that trains the teacher. Returns the rows
-    of ``rungs`` and every point by ``Rung.key`` (None where a metric was not measured)."""
+    of ``rungs`` and every point by ``Rung.key`` (None where a metric was not measured). Given
+    a dict, ``practitioner`` is filled with ``PRACTITIONER``'s test set and training epoch,
+    timed interleaved with the rungs' (its samples pair with theirs)."""
     points = list({r.key: r for r in [*others, *rungs]}.values())
     acc: dict[tuple, float] = {}   # one score per model and precision
     for r in tqdm(points, desc="accuracy", disable=not progress, leave=False):
@@ -302,10 +339,19 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
     scored = [{"key": r.key, "latency_b32_ms": statistics.median(b32[r.key]),
                "test_accuracy": acc[(*ModelZoo.key(r), r.amp)]} for r in points]
     front = {p["key"] for p in pareto_front(scored, x="latency_b32_ms")}
+    extra = practitioner is not None
     test_s = test_set_samples(zoo, inputs, [*rungs, *(r for r in points
-                                                     if r.key in front and r.key not in full)])
+                                                     if r.key in front and r.key not in full)],
+                              practitioner=extra)
     train_s = train_epoch_samples(zoo, [r for r in points if r.key in full
-                                        or not (r.distill or r.prune)])
+                                        or not (r.distill or r.prune)], practitioner=extra)
+    if extra:
+        k = ("practitioner",)
+        practitioner.update({"name": PRACTITIONER.name, "techniques": PRACTITIONER.techniques,
+                             "test_accuracy": acc[(*ModelZoo.key(PRACTITIONER), False)],
+                             "test_set_s": _median(test_s[k]), "train_epoch_s": _mean(train_s[k]),
+                             "width_ordered": True,
+                             "samples": {"test_set_s": test_s[k], "train_epoch_s": train_s[k]}})
     peak = peaks_mib(zoo, inputs, rungs)
     table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
                      # where it ran: int8 models stay on the CPU even on a GPU machine
@@ -314,6 +360,7 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                      "test_set_s": _median(test_s.get(r.key)),
                      "latency_b1_ms": _median(b1[r.key]), "latency_b32_ms": _median(b32[r.key]),
                      "train_epoch_s": _mean(train_s.get(r.key)),
+                     "width_ordered": r.bucketing,   # its training steps (ladder_speedups)
                      "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key),
                      # every timed sample, for the errors of the speed-ups (ladder_speedups)
                      "samples": {"test_set_s": test_s.get(r.key, []), "latency_b1_ms": b1[r.key],

@@ -8,16 +8,22 @@ Where the samples come from (``ladder_meters.measure`` stores them under ``"samp
   point ran in the same round: the speed-up is the geometric mean of the per-repeat ratios
   (``verdicts.speedup``, n - 1 degrees of freedom);
 - a training epoch: the time of each timed step scaled to the epoch, steps of different
-  batches (fixed padding: any batch; bucketed: spread over the batch widths), so the two
-  means are not paired: their ratio, with the delta method's standard error (the relative
-  errors add in quadrature) and the smaller sample's n - 1 degrees of freedom.
+  batches (fixed padding: any batch; bucketed: spread over the batch widths, timed in the
+  order of their width), so the two means are not paired: their ratio, with the delta
+  method's standard error (the relative errors add in quadrature). A point whose steps are in
+  width order (``"width_ordered"``: bucketing, dynamic padding) gets its mean's error from
+  successive differences (``verdicts.ordered_mean_and_se``): its steps differ mostly because
+  their widths differ, a spread the sample covers by design; counted as noise (the plain
+  standard deviation) it would widen the interval with something that is not. Fixed padding's
+  steps all have one shape: the plain standard error.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from course_lib.measure.verdicts import Estimate, Ratio, Rule, fmt, speedup  # noqa: F401  (fmt: re-exported)
+from course_lib.measure.verdicts import (Estimate, Ratio, Rule, fmt,  # noqa: F401  (fmt: re-exported)
+                                        mean_and_se, ordered_mean_and_se, speedup)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
@@ -38,7 +44,14 @@ def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
         if len(a) != len(b):
             raise ValueError(f"{metric}: {base['name']!r} and {point['name']!r} were not timed in "
                              f"the same rounds ({len(a)} and {len(b)} repeats)")
-    return speedup(list(a), list(b), paired=metric in PAIRED)
+    if metric in PAIRED:
+        return speedup(list(a), list(b))
+    # an epoch's steps: width-ordered samples (bucketed, dynamic padding) get the successive-
+    # difference error, fixed padding's (every batch the same shape) the plain one
+    ea, eb = (ordered_mean_and_se(list(x)) if p.get("width_ordered") else mean_and_se(list(x))
+              for x, p in ((a, base), (b, point)))
+    value = ea.value / eb.value
+    return Ratio(value, value * math.hypot(ea.se / ea.value, eb.se / eb.value), min(ea.dof, eb.dof))
 
 
 def product(estimates: Sequence[Estimate]) -> Estimate:

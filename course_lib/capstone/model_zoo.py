@@ -11,7 +11,6 @@ the model, so the zoo keys models by ``(distill, prune, int8)`` only.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch

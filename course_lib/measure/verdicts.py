@@ -208,7 +208,24 @@ def mean_and_se(values: list[float]) -> Estimate:
                     float(len(values) - 1))
 
 
-def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Estimate:
+def ordered_mean_and_se(values: list[float]) -> Estimate:
+    """Mean of a systematic sample taken in the order of what changes the values (steps of
+    batches sorted by width, say), with the standard error from successive differences (von
+    Neumann et al., 1941: s² = Σ (x[i+1] - x[i])² / (2 (n - 1))): a smooth trend along the
+    order, which the sample covers by design and which is not noise, barely enters it, where
+    ``mean_and_se``'s spread around the mean would count the whole trend as noise. Degrees of
+    freedom 2 (n - 1)² / (3 n - 4), the estimator's own (about 2/3 of n - 1)."""
+    if not values:
+        raise ValueError("values must not be empty")
+    n = len(values)
+    if n == 1:
+        return Estimate(float(values[0]), math.inf, 1.0)
+    s2 = sum((b - a) ** 2 for a, b in zip(values, values[1:])) / (2 * (n - 1))
+    return Estimate(statistics.fmean(values), math.sqrt(s2 / n), 2 * (n - 1) ** 2 / (3 * n - 4))
+
+
+def speedup(slow: list[float], fast: list[float], *, paired: bool = True,
+            ordered: bool = False) -> Estimate:
     """How many times faster ``fast`` ran than ``slow``: the course's one speed-up statistic.
 
     Paired (the default: repeat i of both ran the same work under the same conditions,
@@ -219,8 +236,11 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Est
     on the next is no speed-up at all (1×), where the arithmetic mean of the ratios says 1.25×.
     Unpaired (``paired=False``: samples of different work, such as steps of different batches
     standing for an epoch): the ratio of the two means, that is of the totals they stand for,
-    with the relative errors in quadrature and the smaller sample's n - 1 degrees of freedom.
-    Also a ratio of other positive measurements (errors, sizes)."""
+    with the relative errors in quadrature and the smaller sample's degrees of freedom; with
+    ``ordered=True`` each mean's error comes from successive differences
+    (``ordered_mean_and_se``: samples in the order of what makes them differ, such as batch
+    width, whose trend is design, not noise). Also a ratio of other positive measurements
+    (errors, sizes)."""
     if not slow or not fast:
         raise ValueError("slow and fast must not be empty")
     if min(slow) <= 0 or min(fast) <= 0:
@@ -230,7 +250,8 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Est
             raise ValueError(f"paired slow and fast need as many repeats, got {len(slow)} and "
                              f"{len(fast)}")
         return geometric_mean([a / b for a, b in zip(slow, fast)])
-    a, b = mean_and_se(list(slow)), mean_and_se(list(fast))
+    stat = ordered_mean_and_se if ordered else mean_and_se
+    a, b = stat(list(slow)), stat(list(fast))
     value = a.value / b.value
     return Ratio(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
 
