@@ -102,3 +102,15 @@ def test_bar_compare_draws_an_estimates_interval_and_plain_numbers_without_one()
     fig2, ax2 = new_figure(width=4)
     bar_compare(["a"], [2.0], ax=ax2, ylabel="s")
     assert ax2.get_title() == "" and not [c for c in ax2.containers if type(c).__name__ == "ErrorbarContainer"]
+
+
+def test_an_unformatted_placeholder_is_found_but_code_and_latex_are_not():
+    from course_lib.tools.hygiene import placeholders
+    lost = {"output_type": "display_data", "data": {"text/markdown": "Peak memory: {memory_method}; {x:.2f} s",
+                                                    "text/plain": "<Markdown>"}}
+    got = output_problems(_nb(lost))
+    assert len(got) == 2 and "{memory_method}" in got[0] and "{x:.2f}" in got[1]
+    printed = {"output_type": "stream", "name": "stdout", "text": "rank {rank} done\n"}
+    assert "{rank}" in output_problems(_nb(printed))[0]
+    assert placeholders("```python\nprint(f'{rank}')\n```\nand `f\"{x}\"` inline, $\\frac{a}{b}$, x^{2}, {}") == []
+    assert placeholders("{d['k']} and {obj.attr!r}") == ["{d['k']}", "{obj.attr!r}"]

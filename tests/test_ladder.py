@@ -340,3 +340,16 @@ def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens
     got = [b["input_ids"].numel() for b in sample]
     assert got == sorted(tokens)[2::4]
     assert factor * sum(got) == pytest.approx(sum(tokens))
+
+
+def test_measure_fills_the_practitioner_record_beside_the_rungs(smoke_run):
+    zoo, inputs, _, _ = smoke_run
+    start = {}
+    rows, points = M.measure(zoo, inputs, ladder.ladder()[:2], progress=False, practitioner=start)
+    assert start["name"] == "practitioner" and start["techniques"] == ("sdpa",)
+    assert start["test_accuracy"] == points[ladder.Rung("baseline").key]["test_accuracy"]   # the same teacher
+    assert len(start["samples"]["test_set_s"]) == len(rows[0]["samples"]["test_set_s"])     # paired passes
+    assert start["train_epoch_s"] > 0 and start["train_design"]["population"]
+    assert rows[1]["train_design"] and rows[0]["train_design"] is None                     # bucketing / fixed
+    from course_lib.capstone.ladder_speedups import rung_speedup
+    assert rung_speedup(rows[0], start, "test_set_s").value > 0

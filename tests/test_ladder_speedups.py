@@ -1,5 +1,6 @@
 """Lesson 12's speed-ups with their errors, against hand computations."""
 import math
+import statistics
 
 import pytest
 
@@ -28,41 +29,39 @@ def test_a_paired_speedup_is_the_geometric_mean_of_per_repeat_ratios():
 
 
 def test_an_unpaired_speedup_adds_relative_errors_in_quadrature():
-    base = _point("base", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0]) | {"width_ordered": True}
-    fast = _point("fast", train_epoch_s=[10.0, 12.0, 8.0]) | {"width_ordered": True}
+    base = _point("base", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0])
+    fast = _point("fast", train_epoch_s=[10.0, 12.0, 8.0])
     e = S.rung_speedup(base, fast, "train_epoch_s")
-    # successive differences, by hand: base 10, -20, 10, 0; fast 2, -4
-    ma, sa = 100.0, math.sqrt((100 + 400 + 100 + 0) / (2 * 4) / 5)
-    mb, sb = 10.0, math.sqrt((4 + 16) / (2 * 2) / 3)
+    ma, sa = 100.0, math.sqrt(200 / 4) / math.sqrt(5)
+    mb, sb = 10.0, math.sqrt(8 / 2) / math.sqrt(3)
     assert e.value == pytest.approx(10.0)
     assert e.se == pytest.approx(10.0 * math.sqrt((sa / ma) ** 2 + (sb / mb) ** 2))
-    assert e.dof == pytest.approx(2 * 2 ** 2 / (3 * 3 - 4))   # the smaller sample's
+    assert e.dof == 2.0                                 # the smaller sample's n - 1
     one = S.rung_speedup(base, _point("once", train_epoch_s=[10.0]), "train_epoch_s")
     assert one.value == pytest.approx(10.0) and math.isinf(one.se)
-    # fixed padding (not width-ordered): the plain standard error, n - 1 degrees of freedom
-    plain = S.rung_speedup(_point("b", train_epoch_s=[100.0, 110.0, 90.0, 100.0, 100.0]), fast, "train_epoch_s")
-    sa = math.sqrt(200 / 4) / math.sqrt(5)
-    assert plain.se == pytest.approx(10.0 * math.sqrt((sa / 100) ** 2 + (sb / mb) ** 2))
-    assert plain.dof == pytest.approx(2 * 2 ** 2 / (3 * 3 - 4))     # fast's, the smaller
 
 
-def test_an_epoch_of_widths_is_not_noise():
-    # bucketed steps by width: a steep trend (x1 to x8) with 2% noise; the plain spread calls
-    # the trend noise, successive differences see mostly the noise
+def test_an_epoch_of_many_widths_is_fitted_not_averaged():
+    # bucketed steps over widths 20..250 (a x10 spread in cost) with 2% timing noise: the epoch
+    # comes from the fit over every width, its error from the noise, not from the spread
     import random
+    from course_lib.measure.verdicts import regression_total
     rng = random.Random(0)
-    widths = [1 + 7 * i / 15 for i in range(16)]
-    slow = [w * (1 + 0.02 * rng.gauss(0, 1)) for w in widths]
-    fast = [w / 2 * (1 + 0.02 * rng.gauss(0, 1)) for w in widths]
-    plain = S.speedup(slow, fast, paired=False)
-    ordered = S.speedup(slow, fast, paired=False, ordered=True)
-    assert plain.value == ordered.value == pytest.approx(2.0, rel=0.03)
-    assert ordered.se < plain.se / 4
-    # without a trend the two estimate the same noise
-    flat = [1 + 0.05 * rng.gauss(0, 1) for _ in range(400)]
-    a = S.speedup(flat, flat[::-1], paired=False)
-    b = S.speedup(flat, flat[::-1], paired=False, ordered=True)
-    assert b.se == pytest.approx(a.se, rel=0.2)
+    cost = lambda w: 0.01 + 0.001 * w + 4e-6 * w * w         # noqa: E731
+    epoch = [rng.randint(20, 250) for _ in range(200)]
+    x = sorted(epoch)[12::25]                                  # 8 widths, quantiles
+    steps = [cost(w) * (1 + 0.02 * rng.gauss(0, 1)) * len(epoch) for w in x]   # scaled as measured
+    point = {"name": "b", "samples": {"train_epoch_s": steps},
+             "train_design": {"x": x, "population": epoch}}
+    e = S.epoch_estimate(point)
+    assert e == regression_total([t / len(epoch) for t in steps], x, epoch)
+    assert e.value == pytest.approx(sum(map(cost, epoch)), rel=0.03)
+    plain = S.epoch_estimate({"name": "p", "samples": {"train_epoch_s": steps}})
+    assert e.se < plain.se / 5                                  # the plain error counts the widths
+    base = _point("base", train_epoch_s=[10 * sum(map(cost, epoch))] * 2 + [10.5 * sum(map(cost, epoch))])
+    r = S.rung_speedup(base, point, "train_epoch_s")
+    assert r.value == pytest.approx(base_mean := statistics.fmean(base["samples"]["train_epoch_s"]) / e.value)
+    assert r.dof == 2.0 and base_mean > 0
 
 
 def test_bad_input_names_the_metric_or_the_repeats():
@@ -105,3 +104,22 @@ def test_combined_call_reaches_every_outcome():
     assert S.combined_call(["roughly true", "inconclusive"]) == "inconclusive"
     with pytest.raises(ValueError, match="calls"):
         S.combined_call([])
+
+
+def test_regression_total_models_width_and_keeps_the_noise():
+    import random
+    from course_lib.measure.verdicts import regression_total
+    rng = random.Random(1)
+    cost = lambda w: 0.05 + 0.002 * w + 1e-5 * w * w          # noqa: E731  a step by width
+    epoch = [rng.randint(20, 250) for _ in range(300)]          # every batch width of an epoch
+    x = sorted(epoch)[::300 // 8][:8]                           # 8 widths over the range
+    exact = regression_total([cost(w) for w in x], x, epoch)
+    assert exact.value == pytest.approx(sum(map(cost, epoch)), rel=1e-9) and exact.se < 1e-9
+    noisy = [cost(w) * (1 + 0.02 * rng.gauss(0, 1)) for w in x]
+    e = regression_total(noisy, x, epoch)
+    assert e.dof == 5 and e.value == pytest.approx(sum(map(cost, epoch)), rel=0.05)
+    assert 0.002 < e.se / e.value < 0.03                        # about the 2% noise, not the x10 width spread
+    few = regression_total([1.0, 2.0], [10, 20], epoch)
+    assert few.value == pytest.approx(1.5 * 300) and math.isinf(few.se)
+    with pytest.raises(ValueError, match="one value each"):
+        regression_total([1.0], [1, 2], epoch)

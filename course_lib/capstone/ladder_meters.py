@@ -29,6 +29,7 @@ from course_lib.core.train import choose_precision, make_step_fn
 from course_lib.core.batching import BucketBatchSampler, make_loader
 from course_lib.capstone.ladder import Rung, Settings, applied
 from course_lib.capstone.ladder_analysis import pareto_front
+from course_lib.capstone.ladder_speedups import epoch_estimate
 from course_lib.capstone.model_zoo import ModelZoo, model_device
 from course_lib.core.model import EncoderClassifier, EncoderConfig
 from course_lib.core.padding import Collate, pad_batch
@@ -186,11 +187,11 @@ def test_set_samples(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                 for j in range(zoo.settings.test_repeats)] for k, parts in strata.items()}
 
 
-def _epoch_sample(zoo: ModelZoo, padding: str) -> tuple[list[dict], int]:
-    """A few collated training batches standing for an epoch, and the epoch's batch count.
-    ``padding``: "fixed" (random batches padded to ``fixed_length``), "bucketed", or "dynamic"
-    (random batches padded to their longest); bucketed and dynamic batches are picked evenly
-    over the epoch's batch widths, in width order."""
+def _epoch_sample(zoo: ModelZoo, padding: str) -> tuple[list[dict], list[int]]:
+    """A few collated training batches standing for an epoch, and the width of every batch of
+    the epoch. ``padding``: "fixed" (random batches padded to ``fixed_length``), "bucketed", or
+    "dynamic" (random batches padded to their longest); bucketed and dynamic batches are picked
+    evenly over the epoch's batch widths, in width order."""
     n, s = zoo.corpus.train.lengths, zoo.settings
     if padding == "bucketed":
         plan = list(BucketBatchSampler(n, batch_size=s.train_batch, seed=zoo.seed))
@@ -199,13 +200,14 @@ def _epoch_sample(zoo: ModelZoo, padding: str) -> tuple[list[dict], int]:
         plan = [perm[i:i + s.train_batch].tolist() for i in range(0, len(n), s.train_batch)]
     if padding == "fixed":
         k, cost = s.fixed_train_batches, len
-    else:   # dynamic batches are all wide: as few as fixed padding's
-        k = s.bucket_train_batches if padding == "bucketed" else s.fixed_train_batches
-        cost = lambda b: max(n[i] for i in b)   # noqa: E731
+        widths = [s.fixed_length] * len(plan)
+    else:
+        k, cost = s.bucket_train_batches, lambda b: max(n[i] for i in b)   # noqa: E731
+        widths = [max(n[i] for i in b) for b in plan]
     k, by_cost = min(k, len(plan)), sorted(plan, key=cost)
     collate = Collate(max_length=s.fixed_length if padding == "fixed" else None)
     return [collate([zoo.corpus.train[i] for i in by_cost[(2 * j + 1) * len(plan) // (2 * k)]])
-            for j in range(k)], len(plan)
+            for j in range(k)], widths
 
 
 def _training_steps(zoo: ModelZoo, rung: Rung, batches: list[dict]) -> Callable:
@@ -252,7 +254,7 @@ def train_epoch_samples(zoo: ModelZoo, rungs: Sequence[Rung], *, practitioner: b
         now = dict(now[j % len(now):] + now[:j % len(now)]) if now else {}
         for k, v in (bench.compare(now, warmup=0, repeats=1, device=zoo.device).items() if now else ()):
             times[k].append(v["timing"].median)
-    per = {k: [t * sample[p][1] for t in times[k]] for k, (_, p) in todo.items()}
+    per = {k: [t * len(sample[p][1]) for t in times[k]] for k, (_, p) in todo.items()}
     out = {r.key: per[(r.distill, r.prune, r.bucketing, r.amp, r.sdpa)] for r in rungs}
     return out | ({("practitioner",): per[("practitioner",)]} if practitioner else {})
 
@@ -345,12 +347,14 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                               practitioner=extra)
     train_s = train_epoch_samples(zoo, [r for r in points if r.key in full
                                         or not (r.distill or r.prune)], practitioner=extra)
+    design = {p: {"x": [b["input_ids"].shape[1] for b in batches], "population": widths}
+              for p in ("bucketed", "dynamic") for batches, widths in [_epoch_sample(zoo, p)]}
     if extra:
         k = ("practitioner",)
         practitioner.update({"name": PRACTITIONER.name, "techniques": PRACTITIONER.techniques,
                              "test_accuracy": acc[(*ModelZoo.key(PRACTITIONER), False)],
                              "test_set_s": _median(test_s[k]), "train_epoch_s": _mean(train_s[k]),
-                             "width_ordered": True,
+                             "train_design": design["dynamic"],
                              "samples": {"test_set_s": test_s[k], "train_epoch_s": train_s[k]}})
     peak = peaks_mib(zoo, inputs, rungs)
     table = {r.key: {"name": r.name, "key": r.key, "techniques": r.techniques,
@@ -360,10 +364,14 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                      "test_set_s": _median(test_s.get(r.key)),
                      "latency_b1_ms": _median(b1[r.key]), "latency_b32_ms": _median(b32[r.key]),
                      "train_epoch_s": _mean(train_s.get(r.key)),
-                     "width_ordered": r.bucketing,   # its training steps (ladder_speedups)
+                     # the widths its timed training steps stand for (ladder_speedups)
+                     "train_design": design["bucketed"] if r.bucketing else None,
                      "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key),
                      # every timed sample, for the errors of the speed-ups (ladder_speedups)
                      "samples": {"test_set_s": test_s.get(r.key, []), "latency_b1_ms": b1[r.key],
                                  "latency_b32_ms": b32[r.key], "train_epoch_s": train_s.get(r.key, [])}}
              for r in points}
+    for row in [*table.values(), *([practitioner] if extra else [])]:   # the one estimate of an epoch
+        if row.get("train_design") and row["samples"]["train_epoch_s"]:
+            row["train_epoch_s"] = epoch_estimate(row).value
     return [{**table[r.key], "name": r.name} for r in rungs], table

@@ -7,15 +7,12 @@ Where the samples come from (``ladder_meters.measure`` stores them under ``"samp
 - latencies and the test set: ``bench.compare`` with the order rotated, so repeat i of every
   point ran in the same round: the speed-up is the geometric mean of the per-repeat ratios
   (``verdicts.speedup``, n - 1 degrees of freedom);
-- a training epoch: the time of each timed step scaled to the epoch, steps of different
-  batches (fixed padding: any batch; bucketed: spread over the batch widths, timed in the
-  order of their width), so the two means are not paired: their ratio, with the delta
-  method's standard error (the relative errors add in quadrature). A point whose steps are in
-  width order (``"width_ordered"``: bucketing, dynamic padding) gets its mean's error from
-  successive differences (``verdicts.ordered_mean_and_se``): its steps differ mostly because
-  their widths differ, a spread the sample covers by design; counted as noise (the plain
-  standard deviation) it would widen the interval with something that is not. Fixed padding's
-  steps all have one shape: the plain standard error.
+- a training epoch: the times of a few timed steps (fixed padding: any batch; bucketed and
+  dynamic padding: spread over the batch widths), so the two arms are not paired: the ratio of
+  the two epoch estimates (``epoch_estimate``), relative errors in quadrature. Where the steps
+  stand for many widths, the epoch comes from a fit of step time on width summed over the
+  epoch's widths (``verdicts.regression_total``), whose error is the timing noise around the
+  fit: the spread of widths, which the sample covers by design, is not noise.
 """
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ import math
 from collections.abc import Sequence
 
 from course_lib.measure.verdicts import (Estimate, Ratio, Rule, fmt,  # noqa: F401  (fmt: re-exported)
-                                        mean_and_se, ordered_mean_and_se, speedup)
+                                        mean_and_se, regression_total, speedup)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
@@ -46,12 +43,23 @@ def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
                              f"the same rounds ({len(a)} and {len(b)} repeats)")
     if metric in PAIRED:
         return speedup(list(a), list(b))
-    # an epoch's steps: width-ordered samples (bucketed, dynamic padding) get the successive-
-    # difference error, fixed padding's (every batch the same shape) the plain one
-    ea, eb = (ordered_mean_and_se(list(x)) if p.get("width_ordered") else mean_and_se(list(x))
-              for x, p in ((a, base), (b, point)))
+    ea, eb = epoch_estimate(base), epoch_estimate(point)
     value = ea.value / eb.value
     return Ratio(value, value * math.hypot(ea.se / ea.value, eb.se / eb.value), min(ea.dof, eb.dof))
+
+
+def epoch_estimate(point: dict) -> Estimate:
+    """A point's training epoch in seconds with its error. Steps that stand for batches of many
+    widths (``point["train_design"]``: the widths timed and every width of the epoch) give the
+    epoch through a fit of step time on width (``verdicts.regression_total``): the error is the
+    timing noise around it, not the spread of widths the sample covers by design. Fixed padding
+    (one shape): the mean of the scaled steps and its plain error."""
+    samples = list(point["samples"]["train_epoch_s"])
+    design = point.get("train_design")
+    if not design:
+        return mean_and_se(samples)
+    n = len(design["population"])
+    return regression_total([t / n for t in samples], design["x"], design["population"])
 
 
 def product(estimates: Sequence[Estimate]) -> Estimate:

@@ -23,6 +23,7 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import NamedTuple
 
 OUTCOMES = ("holds", "fails", "inconclusive")
@@ -208,24 +209,36 @@ def mean_and_se(values: list[float]) -> Estimate:
                     float(len(values) - 1))
 
 
-def ordered_mean_and_se(values: list[float]) -> Estimate:
-    """Mean of a systematic sample taken in the order of what changes the values (steps of
-    batches sorted by width, say), with the standard error from successive differences (von
-    Neumann et al., 1941: s² = Σ (x[i+1] - x[i])² / (2 (n - 1))): a smooth trend along the
-    order, which the sample covers by design and which is not noise, barely enters it, where
-    ``mean_and_se``'s spread around the mean would count the whole trend as noise. Degrees of
-    freedom 2 (n - 1)² / (3 n - 4), the estimator's own (about 2/3 of n - 1)."""
-    if not values:
-        raise ValueError("values must not be empty")
-    n = len(values)
-    if n == 1:
-        return Estimate(float(values[0]), math.inf, 1.0)
-    s2 = sum((b - a) ** 2 for a, b in zip(values, values[1:])) / (2 * (n - 1))
-    return Estimate(statistics.fmean(values), math.sqrt(s2 / n), 2 * (n - 1) ** 2 / (3 * n - 4))
+def regression_total(times: Sequence[float], x: Sequence[float], population: Sequence[float]
+                     ) -> Estimate:
+    """The total of a quantity over ``population`` (say, every batch width of an epoch) from a
+    sample of it (``times`` measured at ``x``): a quadratic least-squares fit of time on x (a
+    training step's cost grows with the batch width, its attention with the width's square),
+    summed over the population. Its standard error comes from the fit's residuals, the timing
+    noise around the width model, not from the widths the sample covers by design
+    (``g' s² (X'X)⁻¹ g`` with ``g`` the population's summed design row); n - 3 degrees of
+    freedom. Fewer than 4 samples: the mean scaled to the population, with an infinite error."""
+    if len(times) != len(x) or not times or not population:
+        raise ValueError("times and x must have one value each per sample, and population "
+                         "must not be empty")
+    n = len(times)
+    if n < 4:
+        return Estimate(statistics.fmean(times) * len(population), math.inf, 1.0)
+    import torch
+
+    X = torch.tensor([[1.0, v, v * v] for v in x], dtype=torch.float64)
+    y = torch.tensor(list(times), dtype=torch.float64)
+    scale = torch.diag(1 / X.abs().amax(0).clamp_min(1e-300))   # conditioning: columns to ~1
+    Xs = X @ scale
+    beta = torch.linalg.lstsq(Xs, y.unsqueeze(1)).solution.squeeze(1)
+    resid = y - Xs @ beta
+    s2 = float(resid @ resid) / (n - 3)
+    g = torch.tensor([[1.0, v, v * v] for v in population], dtype=torch.float64).sum(0) @ scale
+    cov = s2 * torch.linalg.pinv(Xs.T @ Xs)
+    return Estimate(float(g @ beta), math.sqrt(max(float(g @ cov @ g), 0.0)), float(n - 3))
 
 
-def speedup(slow: list[float], fast: list[float], *, paired: bool = True,
-            ordered: bool = False) -> Estimate:
+def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Estimate:
     """How many times faster ``fast`` ran than ``slow``: the course's one speed-up statistic.
 
     Paired (the default: repeat i of both ran the same work under the same conditions,
@@ -236,10 +249,9 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True,
     on the next is no speed-up at all (1×), where the arithmetic mean of the ratios says 1.25×.
     Unpaired (``paired=False``: samples of different work, such as steps of different batches
     standing for an epoch): the ratio of the two means, that is of the totals they stand for,
-    with the relative errors in quadrature and the smaller sample's degrees of freedom; with
-    ``ordered=True`` each mean's error comes from successive differences
-    (``ordered_mean_and_se``: samples in the order of what makes them differ, such as batch
-    width, whose trend is design, not noise). Also a ratio of other positive measurements
+    with the relative errors in quadrature and the smaller sample's n - 1 degrees of freedom.
+    (Samples that differ by design, such as steps of batches of many widths, need a model of
+    that difference first: ``regression_total``.) Also a ratio of other positive measurements
     (errors, sizes)."""
     if not slow or not fast:
         raise ValueError("slow and fast must not be empty")
@@ -250,8 +262,7 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True,
             raise ValueError(f"paired slow and fast need as many repeats, got {len(slow)} and "
                              f"{len(fast)}")
         return geometric_mean([a / b for a, b in zip(slow, fast)])
-    stat = ordered_mean_and_se if ordered else mean_and_se
-    a, b = stat(list(slow)), stat(list(fast))
+    a, b = mean_and_se(list(slow)), mean_and_se(list(fast))
     value = a.value / b.value
     return Ratio(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
 

@@ -3,6 +3,8 @@
 - A stray output: a cell whose last expression printed a bare number or the repr of an object
   (``Verdict(claim=...)``, a whole ``nn.Module``) instead of a sentence, a table or a figure.
   Outputs a lesson means to show come through ``display`` (Markdown, figures) or ``print``.
+- A placeholder left unformatted: ``{name}`` or ``{value:.2f}`` in a sentence or table means
+  an f-string lost its ``f`` (code shown in a fenced block or in backticks is not checked).
 - An unreadable figure: ``course_lib.ui.plots.layout_problems`` measures every figure the
   lessons draw (text cut by the edge, tick labels or texts over each other, a legend over the
   data) and the PNG formatter stores what it found in the image's metadata, where this looks.
@@ -11,7 +13,20 @@ The notebook tests fail on either (``tests/nbutil.run_smoke``) and ``make report
 """
 from __future__ import annotations
 
+import re
+
 from course_lib.ui.plots import LAYOUT_KEY
+
+# ``{name}``, ``{obj.attr}``, ``{d['k']}``, ``{x:.1f}`` not preceded by a backslash, ^, _ or $
+# (LaTeX), after fenced code blocks and inline code are taken out
+_PLACEHOLDER = re.compile(r"(?<![\\^_$}\w])\{[A-Za-z_]\w*(?:\[[^\]{}]*\])?(?:\.[A-Za-z_]\w*)*"
+                          r"(?:[:!][^{}\s]*)?\}")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+
+
+def placeholders(text: str) -> list[str]:
+    """Unformatted f-string placeholders in ``text`` (see the module's docstring)."""
+    return _PLACEHOLDER.findall(_CODE.sub("", text))
 
 RICH = ("text/html", "text/markdown", "image/png", "image/svg+xml", "text/latex",
         "application/vnd.jupyter.widget-view+json")
@@ -41,6 +56,10 @@ def output_problems(nb: dict) -> list[str]:
             text = "".join(data.get("text/plain", ""))
             problems.append(f"{where}: stray output {text[:60]!r} (a trailing expression; end the "
                             f"cell with a statement or display it as a sentence)")
+        text = "".join(data.get("text/markdown", "")) + ("".join(out.get("text", ""))
+                                                           if kind == "stream" else "")
+        for ph in placeholders(text):
+            problems.append(f"{where}: unformatted placeholder {ph!r} (an f-string without its f?)")
         meta = out.get("metadata", {})   # IPython files it under the image's mime type
         for issue in meta.get("image/png", {}).get(LAYOUT_KEY, []) + meta.get(LAYOUT_KEY, []):
             problems.append(f"{where}: figure: {issue}")
