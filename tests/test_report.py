@@ -100,6 +100,10 @@ def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
 
     with pytest.raises(ValueError, match="no results"):
         save_run(tmp_path, directory=tmp_path / "store")
+    (tmp_path / "11_capstone.json").write_text(json.dumps(_payload("11_capstone", "cpu", 1.0)))
+    with pytest.raises(ValueError, match="no longer exist.*11_capstone"):   # renumbered since
+        save_run(tmp_path, directory=tmp_path / "store")
+    (tmp_path / "11_capstone.json").unlink()
     smoke = {**_payload("00_welcome", "cpu", 1.0), "smoke": True}
     (tmp_path / "00_welcome.json").write_text(json.dumps(smoke))
     with pytest.raises(ValueError, match="smoke"):

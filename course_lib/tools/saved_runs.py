@@ -45,11 +45,17 @@ def save_run(results_dir: Path, *, seconds: dict[str, float] | None = None,
              directory: Path = RUNS_DIR) -> Path:
     """Store the results in ``results_dir`` as one reference run named after the machine;
     ``seconds`` of lessons not run this time are kept from the stored run of that machine.
-    Refuses an empty folder, smoke-mode results (their numbers mean little) and results from
-    more than one machine."""
+    Refuses an empty folder, results of lessons that no longer exist (a renumbering left them
+    behind), smoke-mode results (their numbers mean little) and results from more than one
+    machine."""
     results = load_results(results_dir)
     if not results:
         raise ValueError(f"no results in {results_dir}: run the lessons first")
+    lessons = {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    stale = sorted(set(results) - lessons) if lessons else []
+    if stale:   # a lesson renamed or removed since these results were written
+        raise ValueError(f"results of lessons that no longer exist in {results_dir}: "
+                         f"{', '.join(stale)}; remove their .json files and save again")
     smoke = sorted(stem for stem, r in results.items() if r.get("smoke"))
     if smoke:
         raise ValueError(f"smoke-mode results cannot be a reference run: {', '.join(smoke)}")
