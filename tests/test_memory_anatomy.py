@@ -118,14 +118,25 @@ def test_allocations_by_layer_add_up_to_what_autograd_saves():
         allocations_by_layer(build(replace(s, checkpoint="every"))[0], batch, None)
 
 
-def test_checkpoint_times_time_every_policy_against_none():
-    from course_lib.memory.measure import checkpoint_times
-    got = checkpoint_times(replace(SMALL, batch=2, length=16), [16, 32], repeats=2, warmup=0)
+def test_checkpoint_times_time_every_policy_against_none(monkeypatch):
+    from course_lib.memory import measure as M
+    built = []
+    real_build = M.build
+    monkeypatch.setattr(M, "build", lambda s, **kw: built.append((s.length, s.checkpoint)) or real_build(s, **kw))
+    got = M.checkpoint_times(replace(SMALL, batch=2, length=16), [16, 32], repeats=2, warmup=0)
     assert list(got) == [16, 32]
+    assert built == [(L, p) for L in (16, 32) for p in A.CHECKPOINTING]     # each policy, each length
     for row in got.values():
         assert set(row) == set(A.CHECKPOINTING)
-        assert row["none"]["speedup"].value == pytest.approx(1.0)
         assert all(len(r["timing"].samples) == 2 for r in row.values())
+        for r in row.values():   # the time ratio is the paired inverse of the speed-up
+            assert r["time_ratio"].value == pytest.approx(1 / r["speedup"].value, rel=1e-9)
+
+
+def test_attention_core_share_by_hand():
+    s = A.Setup(d_model=8, length=4)
+    assert A.attention_core_share(s) == pytest.approx(2 * 4 * 8 / (4 * 64 + 2 * 4 * 8))
+    assert A.attention_core_share(replace(s, length=4096)) > 0.99
 
 
 def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():

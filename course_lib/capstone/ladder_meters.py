@@ -348,11 +348,13 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
     train_s = train_epoch_samples(zoo, [r for r in points if r.key in full
                                         or not (r.distill or r.prune)], practitioner=extra)
     design = {p: {"x": [b["input_ids"].shape[1] for b in batches], "population": widths}
-              for p in ("bucketed", "dynamic") for batches, widths in [_epoch_sample(zoo, p)]}
+              for p in ("bucketed", "dynamic")[:2 if extra else 1]
+              for batches, widths in [_epoch_sample(zoo, p)]}
     if extra:
         k = ("practitioner",)
         practitioner.update({"name": PRACTITIONER.name, "techniques": PRACTITIONER.techniques,
-                             "test_accuracy": acc[(*ModelZoo.key(PRACTITIONER), False)],
+                             "test_accuracy": acc.get((*ModelZoo.key(PRACTITIONER), False))
+                             or accuracy(zoo, inputs, PRACTITIONER),
                              "test_set_s": _median(test_s[k]), "train_epoch_s": _mean(train_s[k]),
                              "train_design": design["dynamic"],
                              "samples": {"test_set_s": test_s[k], "train_epoch_s": train_s[k]}})

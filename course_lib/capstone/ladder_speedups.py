@@ -43,9 +43,7 @@ def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
                              f"the same rounds ({len(a)} and {len(b)} repeats)")
     if metric in PAIRED:
         return speedup(list(a), list(b))
-    ea, eb = epoch_estimate(base), epoch_estimate(point)
-    value = ea.value / eb.value
-    return Ratio(value, value * math.hypot(ea.se / ea.value, eb.se / eb.value), min(ea.dof, eb.dof))
+    return ratio(epoch_estimate(base), epoch_estimate(point))
 
 
 def epoch_estimate(point: dict) -> Estimate:

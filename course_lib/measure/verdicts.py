@@ -217,12 +217,13 @@ def regression_total(times: Sequence[float], x: Sequence[float], population: Seq
     summed over the population. Its standard error comes from the fit's residuals, the timing
     noise around the width model, not from the widths the sample covers by design
     (``g' s² (X'X)⁻¹ g`` with ``g`` the population's summed design row); n - 3 degrees of
-    freedom. Fewer than 4 samples: the mean scaled to the population, with an infinite error."""
+    freedom. Fewer than 4 samples, or fewer than 3 distinct x: the mean scaled to the
+    population, with an infinite error."""
     if len(times) != len(x) or not times or not population:
         raise ValueError("times and x must have one value each per sample, and population "
                          "must not be empty")
     n = len(times)
-    if n < 4:
+    if n < 4 or len(set(x)) < 3:   # too few samples, or too few widths to fit a quadratic
         return Estimate(statistics.fmean(times) * len(population), math.inf, 1.0)
     import torch
 

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, replace
 
 __all__ = ["OPTIMIZERS", "CHECKPOINTING", "PRECISIONS", "Setup", "Plan", "plan",
            "parameter_shapes", "block_activation_values", "block_bytes", "activation_bytes",
-           "root_bytes", "attention_work_share", "accumulated_step"]
+           "root_bytes", "attention_work_share", "attention_core_share", "accumulated_step"]
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor")
 CHECKPOINTING = ("none", "every", "every_other", "attention")
@@ -128,6 +128,13 @@ def attention_work_share(s: Setup) -> float:
     d, f, n = s.d_model, s.d_ff, s.length
     attention = 4 * d * d + 2 * n * d
     return attention / (attention + 2 * d * f)
+
+
+def attention_core_share(s: Setup) -> float:
+    """The attention core's share (2 L d: scores and the weighted sum) of the attention half's
+    forward multiply-adds per token at ``s.length`` (with the projections' 4 d²)."""
+    d, n = s.d_model, s.length
+    return 2 * n * d / (4 * d * d + 2 * n * d)
 
 
 def _optimizer_values(s: Setup, shapes: list[tuple[int, ...]]) -> int:

@@ -31,7 +31,7 @@ from course_lib.memory.checkpointing import Checkpointed
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 __all__ = ["TORCH_OPTIMIZERS", "make_optimizer", "build", "static_bytes", "step_case", "measured_peaks",
-           "cuda_step", "checkpoint_times", "allocations_by_layer", "allocations_by_op"]
+           "cuda_step", "checkpoint_times", "allocations_by_layer"]
 
 
 # Each optimizer of ``anatomy.OPTIMIZERS`` as torch's class and its options (besides lr), so
@@ -86,8 +86,8 @@ def step_case(*, prepare: bool = False, micro: int = 1, **setup):
     (A second full-size step in the same process would reuse pages the allocator kept from the
     first, and show less: hence the tiny one.)"""
     s = Setup(**setup)
-    if not 1 <= micro <= s.batch:
-        raise ValueError(f"micro must be in [1, batch={s.batch}], got {micro}")
+    if micro < 1 or s.batch % micro:
+        raise ValueError(f"micro must be >= 1 and divide batch ({s.batch}), got {micro}")
     model, batch = build(s)
     opt = make_optimizer(s.optimizer, model.parameters())
     parts = [{k: v[i::micro] for k, v in batch.items()} for i in range(micro)]
@@ -129,38 +129,41 @@ def measured_peaks(setups: list[Setup], *, workers: int = 1,
 
 def cuda_step(s: Setup, device: torch.device | str = "cuda", *, snapshot: str | None = None
               ) -> int:
-    """One steady-state AdamW training step of ``s`` on a CUDA device (after a first step that
-    makes the optimizer's state): ``torch.cuda.max_memory_allocated`` over the step, in bytes
-    (compare ``anatomy.plan(s).peak``). With ``snapshot`` (a path), the step runs under
-    ``torch.cuda.memory._record_memory_history`` and its allocation timeline is written there:
-    open it at https://pytorch.org/memory_viz."""
+    """One steady-state training step of ``s`` (its optimizer) on a CUDA device, after a first
+    step that makes the optimizer's state: the bytes allocated at the step's peak, weights and
+    state included (compare ``anatomy.plan(s).peak``). With ``snapshot`` (a path), the step runs
+    under ``torch.cuda.memory._record_memory_history`` and its allocation timeline is written
+    there: open it at https://pytorch.org/memory_viz."""
+    from course_lib.measure import bench
+
     model, batch = build(s)
     model, batch = model.to(device), {k: v.to(device) for k, v in batch.items()}
     opt = make_optimizer(s.optimizer, model.parameters())
     step = functools.partial(train_step, model, batch, opt, device=device, dtype=None,
                              loss_fn=task_loss("classification"), grad_clip=None)
     step()
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    bench.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100_000)
     try:
-        step()
-        torch.cuda.synchronize(device)
+        extra = bench.cuda_peak_memory(step, device)
         if snapshot:
             torch.cuda.memory._dump_snapshot(snapshot)
     finally:
         if snapshot:
             torch.cuda.memory._record_memory_history(enabled=None)
-    return torch.cuda.max_memory_allocated(device)
+    return before + extra
 
 
 def checkpoint_times(base: Setup, lengths: Sequence[int], *, repeats: int, warmup: int = 1
                      ) -> dict[int, dict[str, dict]]:
     """One AdamW training step of ``base`` at each length under every checkpointing policy, timed
     interleaved within each length (``bench.compare``, no checkpointing as the baseline):
-    ``{length: {policy: {"timing": Timing, "speedup": Ratio}}}``; a speed-up below 1 is the
-    time recomputation costs."""
+    ``{length: {policy: {"timing": Timing, "speedup": Ratio, "time_ratio": Ratio}}}``: the
+    policy's step time over no checkpointing's (``verdicts.speedup`` of the paired repeats),
+    what recomputation costs."""
+    from course_lib.measure.verdicts import speedup
     from course_lib.measure import bench
 
     out = {}
@@ -172,7 +175,10 @@ def checkpoint_times(base: Setup, lengths: Sequence[int], *, repeats: int, warmu
             steps[policy] = functools.partial(train_step, model, batch, opt, device="cpu",
                                               dtype=None, loss_fn=task_loss("classification"),
                                               grad_clip=None)
-        out[length] = bench.compare(steps, warmup=warmup, repeats=repeats, baseline="none")
+        res = bench.compare(steps, warmup=warmup, repeats=repeats, baseline="none")
+        none = res["none"]["timing"].samples
+        out[length] = {p: {**r, "time_ratio": speedup(r["timing"].samples, none)}
+                       for p, r in res.items()}
     return out
 
 
@@ -257,17 +263,3 @@ def allocations_by_layer(model: nn.Module, batch: dict, opt: torch.optim.Optimiz
     inside = sum(r["forward"] + r["backward"] for r in rows.values())
     rows["outside the layers"]["forward"] += total - inside    # loss, optimizer, the rest
     return rows
-
-
-def allocations_by_op(model: nn.Module, batch: dict, opt: torch.optim.Optimizer, *, top: int = 8
-                      ) -> list[tuple[str, int, int]]:
-    """One training step under ``torch.profiler`` with ``profile_memory=True``: the ``top``
-    operators by the memory they allocated themselves, as (name, calls, bytes)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        train_step(model, batch, opt, device="cpu", dtype=None,
-                   loss_fn=task_loss("classification"), grad_clip=None)
-    events = sorted((e for e in prof.key_averages() if e.self_cpu_memory_usage > 0),
-                    key=lambda e: -e.self_cpu_memory_usage)[:top]
-    return [(e.key, e.count, int(e.self_cpu_memory_usage)) for e in events]
