@@ -5,6 +5,7 @@ process start); each has a timeout so a stuck job fails instead of hanging.
 """
 from __future__ import annotations
 
+import tempfile
 
 import pytest
 import torch
@@ -105,12 +106,14 @@ def test_rank_loaders_are_disjoint_and_cover_an_epoch(sampler):
 
 
 @pytest.mark.timeout(240)
-def test_two_ranks_match_one_process_and_accumulation():
+def test_two_ranks_match_one_process_and_accumulation(tmp_path, monkeypatch):
     # SGD: its update is linear in the gradient, so rounding stays at rounding level. (Adam's
     # m / sqrt(v) turns a rounding-level difference in a near-zero gradient into ~lr.)
     sgd = {"steps": 4, "optimizer": "sgd", "lr": 0.1, "threads": 1}
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ddp = launch(["--dry-run", "--steps", "4", "--optimizer", "sgd", "--lr", "0.1"], nproc=2,
                  timeout=200, echo=False)
+    assert list(tmp_path.iterdir()) == [], "the launch must leave no files behind"
     assert ddp["world_size"] == 2 and ddp["backend"] == "gloo"
     assert ddp["replica_divergence"] == 0.0
     threads = torch.get_num_threads()
@@ -151,10 +154,12 @@ def test_one_process_run_matches_a_plain_torch_loop():
 
 
 @pytest.mark.timeout(240)
-def test_failing_worker_raises_naming_the_rank():
+def test_failing_worker_raises_naming_the_rank(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(DistributedRunError, match="rank 1 failed.*deliberate") as info:
         launch(["--dry-run", "--fail-rank", "1"], nproc=2, timeout=200, echo=False)
     assert info.value.rank == 1
+    assert list(tmp_path.iterdir()) == [], "a failed launch must leave no files behind"
 
 
 @pytest.mark.timeout(120)

@@ -137,11 +137,19 @@ def _launch_once(worker_args: Sequence[str], *, nproc: int, timeout: float, echo
         parse_args([str(a) for a in worker_args])   # bad options fail here, before any process
     if threads is not None:
         worker_args = [*worker_args, "--threads", threads]
-    workdir = Path(tempfile.mkdtemp(prefix="course_ddp_"))
+    # Everything a run writes (rank 0's results, the weights, torchrun's own torchelastic_*
+    # folders, via TMPDIR) goes in one temporary folder, removed when the run ends.
+    with tempfile.TemporaryDirectory(prefix="course_ddp_") as tmp:
+        return _run_in(Path(tmp), worker_args, nproc=nproc, timeout=timeout, echo=echo,
+                       threads=threads, env=env, **rendezvous)
+
+
+def _run_in(workdir: Path, worker_args: Sequence[str], *, nproc: int, timeout: float,
+            echo: bool, threads: int | None, env: dict | None, **rendezvous) -> dict:
     out = workdir / "result.json"
     cmd = torchrun_command([*worker_args, "--out", out], nproc=nproc, **rendezvous)
     root = str(Path(__file__).resolve().parents[1])
-    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",
+    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "TMPDIR": str(workdir),
                 "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
                 "OMP_NUM_THREADS": str(threads or max(1, (os.cpu_count() or 1) // nproc))}
     t0 = time.perf_counter()
