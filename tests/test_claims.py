@@ -226,3 +226,11 @@ def test_a_ratio_is_judged_and_printed_on_the_log_scale():
     assert "log scale" in ratio.text() and "log scale" not in linear.text()
     with pytest.raises(ValueError, match="threshold > 0"):
         Rule("q", ">=", 0.0, log=True)
+
+
+def test_nearest_point_of_a_sweep():
+    from course_lib.measure.claims import nearest
+    assert nearest([4, 16, 64], 20) == 16 and nearest({4: "a", 64: "b"}, 40) == 64
+    assert nearest([2, 6], 4) == 2   # a tie goes to the smaller point
+    with pytest.raises(ValueError, match="points"):
+        nearest([], 3)

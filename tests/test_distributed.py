@@ -255,8 +255,13 @@ def test_loss_noise_is_the_step_to_step_spread_and_stability_pairs_by_seed():
     red = stability.from_evidence({"runs": runs})
     assert red["noise_ratio"][32].value == pytest.approx(0.5) and red["noise_ratio"][32].se == 0
     assert red["accuracy_change"][32].value == pytest.approx(1.5) and red["base_batch"] == 16
+    assert red["scored_on"] == "validation" and red["scored_reviews"] == 100   # 1,000 x scale 0.1
     with pytest.raises(ValueError, match="multiple 1"):
         stability.from_evidence({"runs": runs[2:]})
+    tested = [{**r, "test_accuracy": t} for r, t in zip(runs, (0.95, 0.96, 0.955, 0.97))]
+    red = stability.from_evidence({"runs": tested})   # the 2,000 test reviews, where every run has them
+    assert red["accuracy_change"][32].value == pytest.approx(0.75) and red["scored_reviews"] == 2000
+    assert red["accuracy_key"] == "test_accuracy" and red["scored_on"] == "test"
 
 
 def test_a_stability_point_trains_the_multiplied_batch():
@@ -265,5 +270,16 @@ def test_a_stability_point_trains_the_multiplied_batch():
             "--steps", "4", "--data-scale", "0.02"]
     r = stability.train_point(2, 0, args=args, threads=1)
     assert r["global_batch"] == 8 and len(r["losses"]) == 4 and 0 <= r["val_accuracy"] <= 1
+    assert 0 <= r["test_accuracy"] <= 1
     with pytest.raises(ValueError, match="multiple must be >= 1"):
         stability.train_point(0, 0, args=args)
+
+
+@pytest.mark.timeout(240)
+def test_one_launch_times_a_sweep_of_batches():
+    res = launch(["--dry-run", "--steps", "3", "--batches", "2,6"], nproc=2, timeout=200,
+                 echo=False, threads=1)
+    assert set(res["sweep"]) == {"2", "6"} and all(t > 0 for t in res["sweep"].values())
+    for bad in ("4,x", "0", "4,,8"):
+        with pytest.raises(ValueError, match="batches must be batch sizes"):
+            parse_args(["--batches", bad])

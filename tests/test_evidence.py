@@ -45,7 +45,13 @@ def test_the_committed_evidence_is_complete():
             pytest.skip(f"{name} not committed yet")
         e = ev.load_evidence(name)
         assert e["command"].startswith("python -m course_lib.tools.evidence " + name)
-        assert e["hardware"] and e["runs"]
+        assert e["hardware"] and (e["times"] if name == "ddp_speed" else e["runs"])
+        if name == "ddp_speed":   # every configuration at every batch, once per round
+            r = e["recipe"]
+            assert sorted(map(int, e["times"])) == r["batches"] and r["cores"] >= r["nproc"]
+            assert all(len(v) == r["rounds"] >= 5 for t in e["times"].values() for v in t.values())
+            assert all(len(t) == 3 for t in e["times"].values())
+            continue
         if name == "fp16_regression":   # every recipe at every offset, on the same seeds
             seeds = {(r["offset"], r["recipe"]): set() for r in e["runs"]}
             for r in e["runs"]:

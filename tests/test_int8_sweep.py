@@ -46,3 +46,18 @@ def test_first_width_needs_every_wider_width_to_hold_with_its_noise():
         first_width_holding(rows, batch=1, rule=rule)
     with pytest.raises(ValueError, match="no bf16 rows"):
         first_width_holding(rows, batch=32, rule=rule, format="bf16")
+
+
+def test_rows_become_one_series_per_format_and_batch():
+    from course_lib.quant.sweep import as_sweep
+    rows = [{"format": f, "batch": b, "width": w, "speedup": s, "se": 0.1, "dof": 4}
+            for f, b, w, s in (("bf16", 1, 128, 0.5), ("int8", 32, 256, 2.0), ("int8", 32, 128, 1.1),
+                               ("int8", 1, 128, 0.9))]
+    got = as_sweep(rows, formats=["int8"], names={"int8": "int8", "bf16": "BF16"})
+    assert list(got) == ["int8 block, batch 1", "int8 block, batch 32"]
+    assert list(got["int8 block, batch 32"]) == [128, 256]
+    r = got["int8 block, batch 32"][256]
+    assert (r.value, r.se, r.dof, r.log) == (2.0, 0.1, 4, True)
+    assert "BF16 block, batch 1" in as_sweep(rows, formats=["int8", "bf16"], names={"int8": "i", "bf16": "BF16"})
+    with pytest.raises(ValueError, match="formats"):
+        as_sweep(rows, formats=["fp8"], names={})

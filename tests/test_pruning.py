@@ -165,3 +165,26 @@ def test_prunable_lists_submodules_not_the_container():
     assert "encoder.layers.0.linear1.weight" in names
     assert "encoder.layers.0.self_attn.in_proj_weight" in names
     assert not any("out_proj" in n for n in names)
+
+
+def test_a_sensitivity_scan_prunes_one_group_at_a_time():
+    from course_lib.pruning import sensitivity
+    model = build_model(50, preset="student", seed=0, d_model=16, n_layers=2, n_heads=2, d_ff=32)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = sensitivity.groups(model)
+    assert list(g) == ["block 0, attention", "block 0, feed-forward", "block 1, attention",
+                       "block 1, feed-forward"]
+
+    def zeros_by_group(m):   # the score: how many weights of each group are zero, by hand
+        return tuple(sum(int((pruning.effective_weight(mod, p) == 0).sum())
+                         for n, mod, p in pruning.prunable(m) if n.startswith(pre))
+                     for (pre,) in g.values())
+    got = sensitivity.scan(model, zeros_by_group, amounts=[0.5])
+    sizes = [sum(mod.weight.numel() for n, mod, _ in pruning.prunable(model) if n.startswith(pre))
+             for (pre,) in g.values()]
+    for i, label in enumerate(g):   # only the group named was pruned, to half of each tensor
+        want = tuple(sizes[j] // 2 if j == i else 0 for j in range(len(g)))
+        assert got[label] == [want]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())   # left as it was
+    with pytest.raises(ValueError, match="only must name prefixes"):
+        pruning.prune_unstructured(model, amount=0.5, only=("no.such.",))

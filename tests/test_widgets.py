@@ -27,3 +27,12 @@ def test_explore_static_mode_and_errors(monkeypatch, capsys):
     assert "value 2" in capsys.readouterr().out
     with pytest.raises(ValueError, match="controls"):
         explore(lambda: None, {})
+
+
+def test_progress_bars_draw_nothing_in_static_mode(monkeypatch):
+    from course_lib.core.progress import tqdm
+    monkeypatch.delenv("COURSE_STATIC", raising=False)
+    assert not tqdm(range(3)).disable and tqdm(range(3), disable=True).disable
+    monkeypatch.setenv("COURSE_STATIC", "1")   # make report, the site: a saved bar would say 0%
+    bar = tqdm(range(3), desc="work")
+    assert bar.disable and list(bar) == [0, 1, 2]

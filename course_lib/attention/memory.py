@@ -220,7 +220,7 @@ def sweep(lengths: list[int], *, methods: tuple[str, ...] = TIMED, batch: int = 
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"methods must come from {list(METHODS)}, got {m!r}")
-    from tqdm.auto import tqdm
+    from course_lib.core.progress import tqdm
 
     rows = []
     for length in tqdm(lengths, desc=f"{'fwd+bwd' if backward else 'forward'}"

@@ -81,7 +81,7 @@ def sparse_sweep(lengths: list[int], *, window: int, block_size: int = 128, batc
         raise ValueError(f"lengths must hold at least two integers >= 1, got {lengths!r}")
     if not isinstance(repeats, int) or repeats < 2:
         raise ValueError(f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}")
-    from tqdm.auto import tqdm
+    from course_lib.core.progress import tqdm
 
     device = torch.device(device)
     skip = flex_plan(device) if flex else ("off", "flex=False")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import Subset
-from tqdm.auto import tqdm
+from course_lib.core.progress import tqdm
 
 from course_lib.measure import bench
 from course_lib.quant import int8 as quant

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from course_lib.core.progress import tqdm
 
 from course_lib.core.device import amp_dtype
 

@@ -68,7 +68,7 @@ def train_student_checkpoint(corpus: Corpus, teacher: EncoderClassifier, *, step
     cached, _ = teacher_logits_stored(teacher, dset)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from course_lib.core.progress import tqdm
         bar = tqdm(total=1, desc=f"distilling the student ({recipe.steps} steps)", leave=False)
     t0 = time.perf_counter()
     model = train_student("distilled", student="half_from_teacher", corpus=corpus, distill_set=dset,

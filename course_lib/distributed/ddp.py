@@ -42,6 +42,8 @@ class WorkerConfig:
     mode: str = "train"           # "allreduce": all-reduce demo; "both": demo, then train
     steps: int = 20               # optimizer steps
     batch_size: int = 16
+    batches: str = ""             # "4,16,64": one timed run at each batch per rank instead of one
+                                  # run (mode "train"; one launch for a whole sweep, lesson 08)
     accum: int = 1                # micro-batches per optimizer step (gradient accumulation)
     lr: float = 1e-3
     optimizer: str = "adamw"      # or "sgd"
@@ -74,6 +76,10 @@ class WorkerConfig:
         for name, lo, hi in (("data_scale", 0.0, 1.0), ("lr", 0.0, 1.0)):
             if not lo < getattr(self, name) <= hi:
                 raise ValueError(f"{name} must be in ({lo}, {hi}], got {getattr(self, name)}")
+        if self.batches and not all(b.strip().isdigit() and int(b) >= 1
+                                    for b in self.batches.split(",")):
+            raise ValueError(f"batches must be batch sizes >= 1 separated by commas, such as "
+                             f"'4,16,64', got {self.batches!r}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: automatic), got {self.threads}")
         if not self.timeout_s > 0:
@@ -273,7 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = {}
         if cfg.mode in ("allreduce", "both"):
             result["allreduce"] = allreduce_demo(rank=rank, world_size=world_size, device=device)
-        if cfg.mode in ("train", "both"):
+        if cfg.mode in ("train", "both") and cfg.batches:   # a sweep: step times only
+            result["sweep"] = {int(b): run_training(replace(cfg, batch_size=int(b)), rank=rank,
+                                                    world_size=world_size,
+                                                    device=device)["median_step_s"]
+                               for b in cfg.batches.split(",")}
+        elif cfg.mode in ("train", "both"):
             result.update(run_training(cfg, rank=rank, world_size=world_size, device=device))
         if rank == 0 and out:
             params = result.pop("params", None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 from torch.utils.data import Sampler
@@ -105,19 +106,25 @@ def worker_model(cfg, vocab_size: int):
                        n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=cfg.d_ff)
 
 
-def accuracy_of_params(cfg, params: torch.Tensor) -> float:
-    """Validation accuracy of the model whose flattened parameters a worker returned
-    (``run_training(...)["params"]``), on the validation split of the worker's own corpus."""
+def accuracy_of_params(cfg, params: torch.Tensor, *, split: str = "val",
+                       scale: float | None = None) -> float:
+    """Accuracy of the model whose flattened parameters a worker returned
+    (``run_training(...)["params"]``) on ``split`` ("val" or "test") of the worker's corpus,
+    built at ``scale`` (default: the worker's own ``data_scale``; 1.0 gives the full split,
+    e.g. 2,000 test reviews, enough to resolve a one-point change)."""
     from course_lib.core.batching import make_loader
     from course_lib.core.train import evaluate
 
-    corpus = worker_corpus(cfg)
+    if split not in ("val", "test"):
+        raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+    corpus = worker_corpus(replace(cfg, data_scale=scale) if scale is not None else cfg)
     model = worker_model(cfg, len(corpus.vocab))
     n = sum(p.numel() for p in model.parameters())
     if params.numel() != n:
         raise ValueError(f"params has {params.numel()} values, the worker's model {n}")
     torch.nn.utils.vector_to_parameters(params.to(torch.float32), model.parameters())
-    loader = make_loader(corpus.val, batch_size=64, shuffle=False, max_length=cfg.max_length)
+    loader = make_loader(getattr(corpus, split), batch_size=64, shuffle=False,
+                         max_length=cfg.max_length)
     return float(evaluate(model.eval(), loader)["accuracy"])
 
 

@@ -5,8 +5,10 @@ lesson's demonstration), so whatever stability "distributed training" brings is 
 of a larger global batch. ``run`` trains the lesson's small encoder with the worker's own
 recipe (``ddp.run_training``, AdamW) for the same steps at global batches b, 2b, 4b, 8b (what
 1, 2, 4 and 8 ranks would train), from several seeds, and records how much the training loss
-jumps from step to step and where validation accuracy ends. ``python -m
-course_lib.tools.evidence ddp_stability`` commits it; the lesson's own runs are one replicate.
+jumps from step to step and its accuracy at the end, on the full test split (2,000 reviews: a
+review is 0.05 points; the worker's own 100 validation reviews, a point each, beside it).
+``python -m course_lib.tools.evidence ddp_stability`` commits it; the lesson's own runs are one
+replicate.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-__all__ = ["RECIPE_ARGS", "MULTIPLES", "loss_noise", "train_point", "run", "from_evidence"]
+__all__ = ["RECIPE_ARGS", "MULTIPLES", "loss_noise", "train_point", "run", "from_evidence",
+           "scored_reviews"]
 
 # The worker's default optimizer (AdamW, lr 1e-3) on the easy task, which it learns in these
 # steps at every batch (96-99% validation accuracy at batch 16 and 64 in a probe); b = 16.
@@ -52,6 +55,7 @@ def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS, thre
             "steps": cfg.steps, "noise": loss_noise(out["losses"]),
             "final_loss": statistics.fmean(out["losses"][-10:]),
             "val_accuracy": accuracy_of_params(cfg, out["params"]),
+            "test_accuracy": accuracy_of_params(cfg, out["params"], split="test", scale=1.0),
             "seconds": time.perf_counter() - t0, "losses": out["losses"]}
 
 
@@ -71,20 +75,39 @@ def run(*, seeds: tuple[int, ...] = tuple(range(6)), multiples: tuple[int, ...] 
 def from_evidence(evidence: dict) -> dict:
     """The ``ddp_stability`` evidence reduced: ``"noise_ratio"`` {global batch: Ratio, the
     geometric mean over seeds of its loss noise ÷ the same seed's at one device's batch},
-    ``"accuracy_change"`` {global batch: Estimate of its validation accuracy minus one
-    device's, points, paired by seed}, ``"base_batch"``, ``"seeds"``."""
+    ``"accuracy_change"`` {global batch: Estimate of its accuracy minus one device's, points,
+    paired by seed}, ``"base_batch"``, ``"seeds"``, and what the accuracy counts:
+    ``"accuracy_key"``, ``"scored_on"`` (the split) and ``"scored_reviews"``."""
     from course_lib.measure.verdicts import geometric_mean, mean_and_se
 
     by = {(r["multiple"], r["seed"]): r for r in evidence["runs"]}
     base = {s: r for (k, s), r in by.items() if k == 1}
     if not base:
         raise ValueError("the evidence has no runs at one device's batch (multiple 1)")
+    # Scored on the full test split (2,000 reviews) where the evidence has it; older evidence
+    # has only the worker's 100 validation reviews, where one review is a whole point.
+    key = "test_accuracy" if all("test_accuracy" in r for r in evidence["runs"]) else "val_accuracy"
     ratio, change = {}, {}
     for k in sorted({k for k, _ in by if k > 1}):
         seeds = sorted(s for kk, s in by if kk == k and s in base)
         gb = by[k, seeds[0]]["global_batch"]
         ratio[gb] = geometric_mean([by[k, s]["noise"] / base[s]["noise"] for s in seeds])
-        change[gb] = mean_and_se([100 * (by[k, s]["val_accuracy"] - base[s]["val_accuracy"])
-                                  for s in seeds])
+        change[gb] = mean_and_se([100 * (by[k, s][key] - base[s][key]) for s in seeds])
     return {"noise_ratio": ratio, "accuracy_change": change, "seeds": len(base),
-            "base_batch": next(iter(base.values()))["global_batch"]}
+            "base_batch": next(iter(base.values()))["global_batch"], "accuracy_key": key,
+            "scored_on": "test" if key == "test_accuracy" else "validation",
+            "scored_reviews": scored_reviews(key, evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
+
+
+def scored_reviews(key: str, args: list[str] = RECIPE_ARGS) -> int:
+    """How many reviews ``train_point``'s accuracy ``key`` counts: the full test split, or the
+    validation split at the recipe's corpus scale (the splits' sizes, without building them)."""
+    from course_lib.core.data import CorpusConfig
+    from course_lib.distributed.ddp import parse_args
+
+    sizes = CorpusConfig()
+    if key == "test_accuracy":
+        return sizes.n_test
+    if key == "val_accuracy":
+        return max(1, int(sizes.n_val * parse_args([str(a) for a in args])[0].data_scale))
+    raise ValueError(f"key must be 'test_accuracy' or 'val_accuracy', got {key!r}")

@@ -107,7 +107,7 @@ def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[i
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
-    from tqdm.auto import tqdm
+    from course_lib.core.progress import tqdm
 
     results = []
     bar = tqdm(total=len(seeds) * len(specs), desc="training runs", disable=not progress)

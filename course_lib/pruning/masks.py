@@ -114,16 +114,24 @@ def _sparsity(t: torch.Tensor) -> float:
 
 def prune_unstructured(model: nn.Module, *, amount: float, method: str = "magnitude",
                        scope: str = "layer", include_out_proj: bool = False,
-                       include_head: bool = False, seed: int = 0) -> list[dict]:
+                       include_head: bool = False, seed: int = 0,
+                       only: tuple[str, ...] | None = None) -> list[dict]:
     """Mask ``amount`` of the prunable weights (in every layer, or globally) in place.
 
     ``amount`` is the *total* sparsity to reach (already-pruned weights count), so calling this
-    again with a larger amount prunes iteratively. Returns ``sparsity_report(model)``.
+    again with a larger amount prunes iteratively. ``only``: prune just the weights whose
+    qualified name starts with one of these prefixes (``("blocks.2.ff.",)``; a sensitivity
+    scan). Returns ``sparsity_report(model)``.
     """
     amount = _check_amount(amount)
     _check_choice(method, "method", METHODS)
     _check_choice(scope, "scope", SCOPES)
     targets = prunable(model, include_out_proj=include_out_proj, include_head=include_head)
+    if only is not None:
+        targets = [t for t in targets if t[0].startswith(tuple(only))]
+        if not targets:
+            raise ValueError(f"only must name prefixes of prunable weights, got {only!r}; they are "
+                             f"{[n for n, _, _ in prunable(model, include_out_proj=True)]}")
     if not targets:
         raise ValueError("model has no prunable weights (nn.Linear or nn.MultiheadAttention)")
     fn = prune.l1_unstructured if method == "magnitude" else prune.random_unstructured

@@ -26,7 +26,7 @@ from course_lib.measure import bench
 from course_lib.quant.int8 import quantize_dynamic_int8
 from course_lib.measure.verdicts import Rule, speedup
 
-__all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding"]
+__all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding", "as_sweep"]
 
 FORMATS = ("int8", "bf16")   # dynamic int8 (quantize_dynamic), and the BF16 cast
 
@@ -90,3 +90,20 @@ def first_width_holding(rows: list[dict], *, batch: int, rule: Rule,
             break
         found = width
     return found
+
+
+def as_sweep(rows: list[dict], *, formats: Sequence[str], names: dict[str, str]) -> dict:
+    """``speedups``' rows as ``claims.judge_over`` takes them: one series per format of
+    ``formats`` and batch, ``"{names[format]} block, batch {b}"``, mapping each width to its
+    speed-up (a ``Ratio`` with its error and degrees of freedom)."""
+    from course_lib.measure.verdicts import Ratio
+
+    unknown = set(formats) - set(FORMATS)
+    if unknown:
+        raise ValueError(f"formats must be among {FORMATS}, got {sorted(unknown)}")
+    out: dict[str, dict[int, Ratio]] = {}
+    for r in sorted(rows, key=lambda r: (FORMATS.index(r["format"]), r["batch"], r["width"])):
+        if r["format"] in formats:
+            out.setdefault(f"{names[r['format']]} block, batch {r['batch']}", {})[r["width"]] = (
+                Ratio(r["speedup"], r["se"], r["dof"]))
+    return out

@@ -14,7 +14,8 @@ rests on.
     python -m course_lib.tools.evidence sorted_batching --seeds 0 1 2 3 4 5 6 7   # ~25 min
     python -m course_lib.tools.evidence pruning_budget --seeds 0 1 2 3            # ~40 min
     python -m course_lib.tools.evidence distillation_transfer --seeds 0 1 2 3     # ~60 min
-    python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5         # ~8 min
+    python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5 6 7     # ~12 min
+    python -m course_lib.tools.evidence ddp_speed --rounds 10                     # ~6 min
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
 
@@ -49,6 +50,11 @@ distillation: what soft targets add, and what initialisation adds, each on its o
 (what that many DDP ranks train, ``distributed.stability``) from several seeds: how much
 steadier the loss gets, and whether accuracy changes, as the global batch grows.
 
+``ddp_speed`` times lesson 08's step three ways (one process on one thread, one process on every
+core, DDP on 2 ranks of a core each) at batches per rank from 2 to 64, in interleaved rounds
+(``distributed.timing``): where a rank added pays, which the lesson's three live rounds cannot
+decide. A timing: it holds for the machine it ran on.
+
 ``optimizer_race`` runs lesson 11's race (``optim.race_budget``) at budgets of 64 and 256
 steps, every optimizer over a learning-rate grid wide enough to hold its best, without gradient
 clipping, from several seeds: whether Adam-type optimizers converge faster, budget by budget.
@@ -80,8 +86,8 @@ from course_lib.distill.students import build_student
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
-            "pruning_budget", "distillation_transfer", "ddp_stability", "optimizer_race",
-            "int8_topic_task")
+            "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
+            "optimizer_race", "int8_topic_task")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -242,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ship", action="store_true",
                     help="teacher_convergence: also write the recipe's seed as the baseline")
     ap.add_argument("--dir", type=Path, default=EVIDENCE_DIR)
+    ap.add_argument("--rounds", type=int, default=10,
+                    help="ddp_speed: interleaved timing rounds (default 10)")
     ap.add_argument("--steps", type=int, default=None,
                     help="distillation_transfer: override the steps (a quick check, not evidence)")
     args = ap.parse_args(argv)
@@ -274,6 +282,15 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.real_model.task import run as run_task
         body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "ddp_speed":
+        from course_lib.distributed.timing import run as run_speed
+        if args.rounds < 2:
+            raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
+        body = run_speed(rounds=args.rounds)
+        path = write_evidence(args.name, body, directory=args.dir,
+                              command=f"python -m course_lib.tools.evidence ddp_speed --rounds {args.rounds}")
         print(f"wrote {path}")
         return
     elif args.name == "ddp_stability":

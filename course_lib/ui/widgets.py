@@ -15,15 +15,14 @@ traceback. papermill cannot see it, so the notebook tests scan the saved widget 
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import ipywidgets as widgets
 from IPython.display import display
 
+from course_lib.core.progress import static_mode   # the one switch for widgets and bars
 
-def static_mode() -> bool:
-    return os.environ.get("COURSE_STATIC") == "1"
+
 
 
 def _show(result) -> None:
