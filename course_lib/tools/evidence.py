@@ -14,7 +14,7 @@ rests on.
     python -m course_lib.tools.evidence sorted_batching --seeds 0 1 2 3 4 5 6 7   # ~25 min
     python -m course_lib.tools.evidence pruning_budget --seeds 0 1 2 3            # ~40 min
     python -m course_lib.tools.evidence distillation_transfer --seeds 0 1 2 3     # ~60 min
-    python -m course_lib.tools.evidence ddp_stability --seeds 0 1 2 3 4 5 6 7     # ~12 min
+    python -m course_lib.tools.evidence ddp_stability --seeds $(seq 0 15)         # ~25 min
     python -m course_lib.tools.evidence ddp_speed --rounds 10                     # ~6 min
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
