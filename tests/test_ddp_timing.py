@@ -93,3 +93,24 @@ def test_the_speed_evidence_reduces_to_speedups_and_the_model_by_hand():
     comm = ring_allreduce_seconds(4 * 250_000, ranks=2, bandwidth=1e9)   # 1 ms
     assert red["comm_s"] == pytest.approx(comm)
     assert red["predicted"][64] == pytest.approx(0.30 / (0.15 + comm))
+
+
+def test_the_allreduce_is_priced_from_the_sizes_measured_around_it():
+    import math
+    from course_lib.distributed.launch import allreduce_seconds_at
+    from course_lib.distributed.timing import from_evidence
+    t = [{"bytes": 4_000, "seconds": 1e-4}, {"bytes": 400_000, "seconds": 4e-3},
+         {"bytes": 4_000_000, "seconds": 8e-3}]
+    assert allreduce_seconds_at(t, 40_000) == pytest.approx(math.sqrt(1e-4 * 4e-3))   # log midpoint
+    assert allreduce_seconds_at(t, 400_000) == pytest.approx(4e-3)
+    assert allreduce_seconds_at(t, 100) == 1e-4                                   # latency floor
+    assert allreduce_seconds_at(t, 8_000_000) == pytest.approx(16e-3)             # + bytes at 0.5 GB/s
+    with pytest.raises(ValueError, match="timings"):
+        allreduce_seconds_at([], 10)
+    names = ["1 process, 1 thread", "1 process, 2 threads", "DDP, 2 ranks"]
+    ev = {"recipe": {"args": [], "nproc": 2, "cores": 2, "rounds": 2}, "bandwidth": 1e12,
+          "n_params": 100_000, "allreduce": t,
+          "times": {"8": dict(zip(names, ([0.02, 0.02], [0.015, 0.015], [0.02, 0.02])))}}
+    red = from_evidence(ev)   # 400,000 bytes of gradient: 4 ms measured, not bytes / bandwidth
+    assert red["comm_s"] == pytest.approx(4e-3)
+    assert red["predicted"][8] == pytest.approx(0.02 / (0.01 + 4e-3))

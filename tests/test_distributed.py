@@ -256,6 +256,7 @@ def test_loss_noise_is_the_step_to_step_spread_and_stability_pairs_by_seed():
     assert red["noise_ratio"][32].value == pytest.approx(0.5) and red["noise_ratio"][32].se == 0
     assert red["accuracy_change"][32].value == pytest.approx(1.5) and red["base_batch"] == 16
     assert red["scored_on"] == "validation" and red["scored_reviews"] == 100   # 1,000 x scale 0.1
+    assert red["train_reviews"] == 400 and red["passes"][32] == 150 * 32 / 400   # the recipe's
     with pytest.raises(ValueError, match="multiple 1"):
         stability.from_evidence({"runs": runs[2:]})
     tested = [{**r, "test_accuracy": t} for r, t in zip(runs, (0.95, 0.96, 0.955, 0.97))]

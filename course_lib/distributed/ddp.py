@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -107,8 +108,9 @@ def rank_loader(dataset, cfg: WorkerConfig, *, rank: int, world_size: int) -> Da
 
 
 def _log(msg: str, *, rank: int, world_size: int, all_ranks: bool = False) -> None:
-    if rank == 0 or all_ranks:
-        print(f"[rank {rank}/{world_size}] {msg}", flush=True)
+    if rank == 0 or all_ranks:   # one write per line: two ranks' lines never run together
+        sys.stdout.write(f"[rank {rank}/{world_size}] {msg}\n")
+        sys.stdout.flush()
 
 
 def _sync(device: torch.device) -> None:

@@ -15,6 +15,7 @@ bytes, plus ``2 (N-1)`` latency hops; compute is ``6 x params x tokens`` FLOPs p
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import signal
@@ -202,6 +203,25 @@ def ring_allreduce_seconds(n_bytes: float, *, ranks: int, bandwidth: float,
     if bandwidth <= 0 or n_bytes < 0 or latency < 0:
         raise ValueError("bandwidth must be > 0, n_bytes and latency >= 0")
     return 2 * (ranks - 1) / ranks * n_bytes / bandwidth + 2 * (ranks - 1) * latency
+
+
+def allreduce_seconds_at(timings: Sequence[dict], n_bytes: float) -> float:
+    """The time of one all-reduce of ``n_bytes``, read off measured ``timings`` (the worker's
+    ``allreduce_demo``: ``{"bytes", "seconds"}`` per size) by interpolating on log-log axes.
+    Small messages cost latency, not bytes ÷ bandwidth, so a gradient of a few hundred KiB is
+    priced by the sizes measured around it; below the smallest size it costs the smallest's
+    time, above the largest the largest's plus the extra bytes at the largest's bandwidth."""
+    pts = sorted((float(t["bytes"]), float(t["seconds"])) for t in timings)
+    if not pts or n_bytes < 0 or any(b <= 0 or s <= 0 for b, s in pts):
+        raise ValueError("timings must hold positive bytes and seconds, and n_bytes be >= 0")
+    if n_bytes <= pts[0][0]:
+        return pts[0][1]
+    for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
+        if n_bytes <= b1:
+            w = math.log(n_bytes / b0) / math.log(b1 / b0)
+            return math.exp((1 - w) * math.log(s0) + w * math.log(s1))
+    b, s = pts[-1]
+    return s + (n_bytes - b) * s / b
 
 
 def scaling_model(*, params: float, ranks: int, bandwidth: float, tokens_per_rank: float,

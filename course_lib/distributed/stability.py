@@ -76,8 +76,10 @@ def from_evidence(evidence: dict) -> dict:
     """The ``ddp_stability`` evidence reduced: ``"noise_ratio"`` {global batch: Ratio, the
     geometric mean over seeds of its loss noise ÷ the same seed's at one device's batch},
     ``"accuracy_change"`` {global batch: Estimate of its accuracy minus one device's, points,
-    paired by seed}, ``"base_batch"``, ``"seeds"``, and what the accuracy counts:
-    ``"accuracy_key"``, ``"scored_on"`` (the split) and ``"scored_reviews"``."""
+    paired by seed}, ``"base_batch"``, ``"seeds"``, what the accuracy counts
+    (``"accuracy_key"``, ``"scored_on"``, the split, and ``"scored_reviews"``), and the training
+    reviews each run passed over: ``"train_reviews"``, ``"passes"`` {global batch: passes} and
+    ``"final_loss"`` {global batch: mean final training loss}."""
     from course_lib.measure.verdicts import geometric_mean, mean_and_se
 
     by = {(r["multiple"], r["seed"]): r for r in evidence["runs"]}
@@ -95,8 +97,27 @@ def from_evidence(evidence: dict) -> dict:
         change[gb] = mean_and_se([100 * (by[k, s][key] - base[s][key]) for s in seeds])
     return {"noise_ratio": ratio, "accuracy_change": change, "seeds": len(base),
             "base_batch": next(iter(base.values()))["global_batch"], "accuracy_key": key,
+            **_passes(evidence, by),
             "scored_on": "test" if key == "test_accuracy" else "validation",
             "scored_reviews": scored_reviews(key, evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
+
+
+def _passes(evidence: dict, by: dict) -> dict:
+    """How many times each global batch's run passed over the worker's training reviews, and
+    its final training loss (mean over seeds): the larger batches' extra passes over a small
+    set are part of what the comparison measures."""
+    from course_lib.core.data import CorpusConfig
+    from course_lib.distributed.ddp import parse_args
+
+    cfg = parse_args([str(a) for a in evidence.get("recipe", {}).get("args", RECIPE_ARGS)])[0]
+    n_train = max(1, int(CorpusConfig().n_train * cfg.data_scale))
+    batches = sorted({r["global_batch"] for r in by.values()})
+    return {"train_reviews": n_train,
+            "passes": {gb: cfg.steps * gb / n_train for gb in batches},
+            "final_loss": {gb: statistics.fmean(r["final_loss"] for r in by.values()
+                                                if r["global_batch"] == gb and "final_loss" in r)
+                           for gb in batches
+                           if any("final_loss" in r for r in by.values() if r["global_batch"] == gb)}}
 
 
 def scored_reviews(key: str, args: list[str] = RECIPE_ARGS) -> int:

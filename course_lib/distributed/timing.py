@@ -116,8 +116,8 @@ def run(*, rounds: int = 10, batches: Sequence[int] = SPEED_BATCHES, nproc: int 
         args: Sequence[str] = SPEED_ARGS) -> dict:
     """The lesson's step-time sweep with rounds enough to decide (``python -m
     course_lib.tools.evidence ddp_speed``): ``step_times_over_batch`` over ``batches``, the
-    all-reduce's bus bandwidth on the largest tensor of the worker's demo, and the model's
-    parameter count (what each step all-reduces)."""
+    all-reduce's times at the worker demo's sizes (and its bus bandwidth on the largest), and
+    the model's parameter count (what each step all-reduces)."""
     import os
 
     from course_lib.core.vocab import build_vocab
@@ -127,30 +127,33 @@ def run(*, rounds: int = 10, batches: Sequence[int] = SPEED_BATCHES, nproc: int 
 
     args = [str(a) for a in args]
     cores = os.cpu_count() or 1
-    big = launch(["--mode", "allreduce", "--backend", "gloo", *args], nproc=nproc, threads=1,
-                 echo=False)["allreduce"]["timings"][-1]
-    bandwidth = 2 * (nproc - 1) / nproc * big["bytes"] / big["seconds"]
+    demo = launch(["--mode", "allreduce", "--backend", "gloo", *args], nproc=nproc, threads=1,
+                  echo=False)["allreduce"]["timings"]
+    bandwidth = 2 * (nproc - 1) / nproc * demo[-1]["bytes"] / demo[-1]["seconds"]
     model = worker_model(parse_args(args)[0], len(build_vocab()))
     sweep = step_times_over_batch(args, batches, nproc=nproc, cores=cores, rounds=rounds)
     return {"recipe": {"args": args, "batches": sorted(sweep), "nproc": nproc, "cores": cores,
                        "rounds": rounds},
-            "bandwidth": bandwidth, "n_params": sum(p.numel() for p in model.parameters()),
+            "bandwidth": bandwidth, "allreduce": demo,
+            "n_params": sum(p.numel() for p in model.parameters()),
             "times": {str(b): t for b, t in sweep.items()}}
 
 
 def from_evidence(evidence: dict) -> dict:
     """The ``ddp_speed`` evidence reduced: ``"sweep"`` {batch per rank: {configuration:
     [seconds]}}, ``"ups"`` {b: ``speedups``}, ``"predicted"`` {b: ``predicted_speedup`` from
-    the evidence's own one-thread time and all-reduce}, ``"comm_s"``, and the recipe's
+    the evidence's own one-thread time and the all-reduce of the gradient's size, read off the
+    measured sizes: ``launch.allreduce_seconds_at``}, ``"comm_s"``, and the recipe's
     ``"nproc"``, ``"cores"``, ``"rounds"``, ``"args"``."""
     import statistics
 
-    from course_lib.distributed.launch import ring_allreduce_seconds
+    from course_lib.distributed.launch import allreduce_seconds_at, ring_allreduce_seconds
 
     r = evidence["recipe"]
     sweep = {int(b): t for b, t in evidence["times"].items()}
-    comm = ring_allreduce_seconds(4 * evidence["n_params"], ranks=r["nproc"],
-                                  bandwidth=evidence["bandwidth"])
+    grad_bytes = 4 * evidence["n_params"]
+    comm = (allreduce_seconds_at(evidence["allreduce"], grad_bytes) if "allreduce" in evidence
+            else ring_allreduce_seconds(grad_bytes, ranks=r["nproc"], bandwidth=evidence["bandwidth"]))
     return {"sweep": sweep, "ups": {b: speedups(t) for b, t in sweep.items()},
             "predicted": {b: predicted_speedup(statistics.median(next(iter(t.values()))),
                                                nproc=r["nproc"], comm_s=comm)
@@ -174,17 +177,19 @@ def speed_figure(evidence: dict, live: dict[int, dict[str, list[float]]], *, ddp
 
     lbs, ebs = sorted(live), sorted(evidence["sweep"])
     names = list(live[lbs[0]])
+    colors = ("#555555", "#DD8452", "#4C72B0")   # one thread, every core, DDP: both panels
     fig, (ax, ax2) = new_figure(2, width=5.2, height=3.9)
-    for name, style in zip(names, ("o-", "s--", "D-")):
-        ax.loglog(lbs, [statistics.median(live[b][name]) * 1e3 for b in lbs], style, label=name)
+    for name, style, c in zip(names, ("o-", "s--", "D-"), colors):
+        ax.loglog(lbs, [statistics.median(live[b][name]) * 1e3 for b in lbs], style, color=c,
+                  label=name)
     ax.set_ylabel(f"median step time (ms, {device})")
     ax.set_title("This run: the same global batch, three ways", fontsize=10)
     ax.legend(frameon=False, fontsize=7)
     color = {"holds": "#55A868", "fails": "#C44E52", "inconclusive": "#8C8C8C"}
     outcome = {p.at: p.outcome for p in ddp_verdict.points} if ddp_verdict else {}
     ups, mine = evidence["ups"], {b: speedups(live[b]) for b in lbs}
-    for key, label, marker, line, shift in (("ddp", names[2], "D", "#4C72B0", 1.0),
-                                            ("threads", names[1], "s", "#DD8452", 1.07)):
+    for key, label, marker, line, shift in (("ddp", names[2], "D", colors[2], 1.0),
+                                            ("threads", names[1], "s", colors[1], 1.07)):
         ys = [ups[b][key].value for b in ebs]      # threads drawn a little to the right
         ax2.plot([b * shift for b in ebs], ys, "-", lw=1, color=line)
         for b, y in zip(ebs, ys):
@@ -194,21 +199,21 @@ def speed_figure(evidence: dict, live: dict[int, dict[str, list[float]]], *, ddp
                          capsize=3)
         ax2.plot([b * shift for b in lbs], [mine[b][key].value for b in lbs], marker, ms=8,
                  mfc="none", mec=line)
-        ax2.plot([], [], marker + "-", color=line,
-                 label=label + (" (colour: verdict)" if key == "ddp" and ddp_verdict else ""))
+        ax2.plot([], [], marker + "-", color=line, label=label)
+    if ddp_verdict:   # DDP's markers take their verdict's colour
+        for outcome_name in dict.fromkeys(p.outcome for p in ddp_verdict.points):
+            ax2.plot([], [], "D", color=color[outcome_name], label=f"DDP: {outcome_name}")
     ax2.plot([], [], "o", mfc="none", mec="k", label="this run (one replicate)")
     ax2.plot(ebs, [evidence["predicted"][b] for b in ebs], "k:", lw=1.5, label="scaling model, DDP")
     ax2.axhline(threshold, ls="--", color="k", lw=1)
     ax2.axhline(1.0, ls=":", color="#8C8C8C", lw=1)
     ax2.annotate(f"claim: ≥ {threshold:g}×", (ebs[-1], threshold), textcoords="offset points",
                  xytext=(0, -12), ha="right", fontsize=8)
-    if learner in ups:
-        ax2.plot([learner], [ups[learner]["ddp"].value], "s", ms=14, mfc="none", mec="k",
-                 label="your default")
+    ax2.axvline(learner, color="k", lw=0.8, ls="-.", label="your default batch")
     ax2.set_xscale("log")
     ax2.set_ylabel("speed-up over one thread (×)")
     ax2.set_title(f"Evidence: {evidence['rounds']} rounds, {evidence_device}", fontsize=10)
-    ax2.legend(frameon=False, fontsize=7, loc="upper left")
+    ax2.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     for a, bs in ((ax, lbs), (ax2, ebs)):
         a.set_xlabel("batch per rank (sequences; one process: ranks × this)")
         a.set_xticks(bs, [f"{b:,}" for b in bs])
