@@ -8,7 +8,8 @@ speed-up is then the geometric mean over rounds of the per-round ratio, with its
 batch for the same steps; only how the work is spread differs.
 
 Whether a rank added pays depends on the work per step: each rank computes on its own batch
-while the all-reduce moves the whole gradient whatever the batch, so ``step_times_over_batch``
+while what a step costs beyond that (the all-reduce of the whole gradient, the processes' own
+overheads) does not shrink with it, so ``step_times_over_batch``
 repeats the comparison over the batch per rank, and ``predicted_speedup`` is what the lesson's
 scaling model expects at each point from the one-thread time and the all-reduce's.
 """
@@ -203,7 +204,7 @@ def speed_figure(evidence: dict, live: dict[int, dict[str, list[float]]], *, ddp
     if ddp_verdict:   # DDP's markers take their verdict's colour
         for outcome_name in dict.fromkeys(p.outcome for p in ddp_verdict.points):
             ax2.plot([], [], "D", color=color[outcome_name], label=f"DDP: {outcome_name}")
-    ax2.plot([], [], "o", mfc="none", mec="k", label="this run (one replicate)")
+    ax2.plot([], [], "D", mfc="none", mec="k", label="this run (one replicate)")
     ax2.plot(ebs, [evidence["predicted"][b] for b in ebs], "k:", lw=1.5, label="scaling model, DDP")
     ax2.axhline(threshold, ls="--", color="k", lw=1)
     ax2.axhline(1.0, ls=":", color="#8C8C8C", lw=1)

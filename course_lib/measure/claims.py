@@ -440,9 +440,10 @@ _CLAIMS = [
                "core, same global batch and steps (per-round ratio, rounds interleaved)", ">=",
                1.2, log=True),
           Condition("batch per rank", "sequences",
-                    why="each rank computes on its own batch, while the all-reduce moves the "
-                        "whole gradient whatever the batch: the work per step decides whether "
-                        "the time a rank saves outweighs the time it spends communicating")),
+                    why="each rank computes on its own batch, while what a step costs beyond "
+                        "that (the all-reduce of the whole gradient, the processes' own overheads) "
+                        "does not shrink with it: the work per step decides whether the time a "
+                        "rank saves outweighs it")),
     Claim("multicore_speeds_up", "004",
           "并行化利用多核CPU、GPU或TPU等并行计算架构，可以同时处理多个任务，显著加快训练和推理速度。",
           "Parallelism over multi-core CPUs (or GPUs, TPUs) markedly speeds up training.",
