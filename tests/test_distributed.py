@@ -111,6 +111,7 @@ def test_two_ranks_match_one_process_and_accumulation(tmp_path, monkeypatch):
     # m / sqrt(v) turns a rounding-level difference in a near-zero gradient into ~lr.)
     sgd = {"steps": 4, "optimizer": "sgd", "lr": 0.1, "threads": 1}
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))   # where torchrun would put torchelastic_* itself
     ddp = launch(["--dry-run", "--steps", "4", "--optimizer", "sgd", "--lr", "0.1"], nproc=2,
                  timeout=200, echo=False)
     assert list(tmp_path.iterdir()) == [], "the launch must leave no files behind"
@@ -156,6 +157,7 @@ def test_one_process_run_matches_a_plain_torch_loop():
 @pytest.mark.timeout(240)
 def test_failing_worker_raises_naming_the_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     with pytest.raises(DistributedRunError, match="rank 1 failed.*deliberate") as info:
         launch(["--dry-run", "--fail-rank", "1"], nproc=2, timeout=200, echo=False)
     assert info.value.rank == 1
@@ -281,6 +283,6 @@ def test_one_launch_times_a_sweep_of_batches():
     res = launch(["--dry-run", "--steps", "3", "--batches", "2,6"], nproc=2, timeout=200,
                  echo=False, threads=1)
     assert set(res["sweep"]) == {"2", "6"} and all(t > 0 for t in res["sweep"].values())
-    for bad in ("4,x", "0", "4,,8"):
+    for bad in ("4,x", "0", "4,,8", "²"):
         with pytest.raises(ValueError, match="batches must be batch sizes"):
             parse_args(["--batches", bad])

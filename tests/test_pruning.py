@@ -188,3 +188,7 @@ def test_a_sensitivity_scan_prunes_one_group_at_a_time():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())   # left as it was
     with pytest.raises(ValueError, match="only must name prefixes"):
         pruning.prune_unstructured(model, amount=0.5, only=("no.such.",))
+    one = pruning.copy_model(model)   # a plain string is one prefix, not its characters
+    pruning.prune_unstructured(one, amount=0.5, only="blocks.0.ff.")
+    assert [n for n, m, p in pruning.prunable(one) if pruning.is_pruned(m, p)] == [
+        "blocks.0.ff.fc1.weight", "blocks.0.ff.fc2.weight"]

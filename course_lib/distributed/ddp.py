@@ -77,7 +77,7 @@ class WorkerConfig:
         for name, lo, hi in (("data_scale", 0.0, 1.0), ("lr", 0.0, 1.0)):
             if not lo < getattr(self, name) <= hi:
                 raise ValueError(f"{name} must be in ({lo}, {hi}], got {getattr(self, name)}")
-        if self.batches and not all(b.strip().isdigit() and int(b) >= 1
+        if self.batches and not all(b.strip().isdecimal() and int(b) >= 1
                                     for b in self.batches.split(",")):
             raise ValueError(f"batches must be batch sizes >= 1 separated by commas, such as "
                              f"'4,16,64', got {self.batches!r}")

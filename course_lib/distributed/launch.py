@@ -140,7 +140,7 @@ def _launch_once(worker_args: Sequence[str], *, nproc: int, timeout: float, echo
         worker_args = [*worker_args, "--threads", threads]
     # Everything a run writes (rank 0's results, the weights, torchrun's own torchelastic_*
     # folders, via TMPDIR) goes in one temporary folder, removed when the run ends.
-    with tempfile.TemporaryDirectory(prefix="course_ddp_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="course_ddp_", ignore_cleanup_errors=True) as tmp:
         return _run_in(Path(tmp), worker_args, nproc=nproc, timeout=timeout, echo=echo,
                        threads=threads, env=env, **rendezvous)
 

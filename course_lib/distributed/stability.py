@@ -42,7 +42,8 @@ def loss_noise(losses: list[float], *, tail: float = 0.5) -> float:
 
 def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS, threads: int = 0) -> dict:
     """One single-process run at ``multiple`` × the recipe's batch (what that many DDP ranks
-    train), from ``seed``: its loss noise, last losses and validation accuracy."""
+    train), from ``seed``: its loss noise, last losses, and accuracy on the worker's validation
+    split and on the full test split (2,000 reviews)."""
     from course_lib.distributed.ddp import parse_args, run_training
     from course_lib.distributed.setup import accuracy_of_params
 
@@ -99,7 +100,7 @@ def from_evidence(evidence: dict) -> dict:
             "base_batch": next(iter(base.values()))["global_batch"], "accuracy_key": key,
             **_passes(evidence, by),
             "scored_on": "test" if key == "test_accuracy" else "validation",
-            "scored_reviews": scored_reviews(key, evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
+            "scored_reviews": scored_reviews(key, args=evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
 
 
 def _passes(evidence: dict, by: dict) -> dict:
@@ -120,7 +121,7 @@ def _passes(evidence: dict, by: dict) -> dict:
                            if any("final_loss" in r for r in by.values() if r["global_batch"] == gb)}}
 
 
-def scored_reviews(key: str, args: list[str] = RECIPE_ARGS) -> int:
+def scored_reviews(key: str, *, args: list[str] = RECIPE_ARGS) -> int:
     """How many reviews ``train_point``'s accuracy ``key`` counts: the full test split, or the
     validation split at the recipe's corpus scale (the splits' sizes, without building them)."""
     from course_lib.core.data import CorpusConfig

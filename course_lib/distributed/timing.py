@@ -127,7 +127,7 @@ def run(*, rounds: int = 10, batches: Sequence[int] = SPEED_BATCHES, nproc: int 
     from course_lib.distributed.setup import worker_model
 
     args = [str(a) for a in args]
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     demo = launch(["--mode", "allreduce", "--backend", "gloo", *args], nproc=nproc, threads=1,
                   echo=False)["allreduce"]["timings"]
     bandwidth = 2 * (nproc - 1) / nproc * demo[-1]["bytes"] / demo[-1]["seconds"]

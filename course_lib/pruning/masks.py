@@ -128,10 +128,12 @@ def prune_unstructured(model: nn.Module, *, amount: float, method: str = "magnit
     _check_choice(scope, "scope", SCOPES)
     targets = prunable(model, include_out_proj=include_out_proj, include_head=include_head)
     if only is not None:
-        targets = [t for t in targets if t[0].startswith(tuple(only))]
+        prefixes = (only,) if isinstance(only, str) else tuple(only)
+        names = [t[0] for t in targets]
+        targets = [t for t in targets if t[0].startswith(prefixes)]
         if not targets:
             raise ValueError(f"only must name prefixes of prunable weights, got {only!r}; they are "
-                             f"{[n for n, _, _ in prunable(model, include_out_proj=True)]}")
+                             f"{names}")
     if not targets:
         raise ValueError("model has no prunable weights (nn.Linear or nn.MultiheadAttention)")
     fn = prune.l1_unstructured if method == "magnitude" else prune.random_unstructured
