@@ -61,3 +61,16 @@ def test_rows_become_one_series_per_format_and_batch():
     assert "BF16 block, batch 1" in as_sweep(rows, formats=["int8", "bf16"], names={"int8": "i", "bf16": "BF16"})
     with pytest.raises(ValueError, match="formats"):
         as_sweep(rows, formats=["fp8"], names={})
+
+
+def test_the_sweep_figure_draws_each_format_and_batch_and_the_model_point():
+    from course_lib.quant.sweep import sweep_figure
+    rows = [{"format": f, "batch": b, "width": w, "speedup": s, "se": 0.05, "dof": 4}
+            for f in ("int8", "bf16") for b in (1, 32) for w, s in ((128, 1.1), (512, 1.6))]
+    fig = sweep_figure(rows, names={"int8": "int8 dynamic", "bf16": "BF16"}, threshold=1.2,
+                       model_width=128, model_speedup=1.05)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sum("× 64 tokens" in t for t in labels) == 4 and "the course model, int8, batch 32" in labels
+    lo, hi = ax.get_ylim()
+    assert all(lo <= t <= hi for t in ax.get_yticks())

@@ -17,6 +17,8 @@ on ``batch x tokens`` rows; FP32 and each format are timed interleaved (``bench.
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 import torch
@@ -26,7 +28,8 @@ from course_lib.measure import bench
 from course_lib.quant.int8 import quantize_dynamic_int8
 from course_lib.measure.verdicts import Rule, speedup
 
-__all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding", "as_sweep"]
+__all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding", "as_sweep",
+           "sweep_figure"]
 
 FORMATS = ("int8", "bf16")   # dynamic int8 (quantize_dynamic), and the BF16 cast
 
@@ -107,3 +110,41 @@ def as_sweep(rows: list[dict], *, formats: Sequence[str], names: dict[str, str])
             out.setdefault(f"{names[r['format']]} block, batch {r['batch']}", {})[r["width"]] = (
                 Ratio(r["speedup"], r["se"], r["dof"]))
     return out
+
+
+def sweep_figure(rows: list[dict], *, names: dict[str, str], threshold: float,
+                 model_width: int, model_speedup: float | None = None):
+    """``speedups``' rows drawn over width, one line per format and batch with its 95%
+    interval (log-log), the claim's bar, the course model's width and, when given, its own
+    int8 speed-up at batch 32 as a point; y ticks only inside the data's range."""
+    from course_lib.measure.verdicts import Ratio
+    from course_lib.ui.plots import new_figure
+
+    fig, ax = new_figure(width=6.5)
+    for f, ls in zip(FORMATS, ("-", "--")):
+        for b in sorted({r["batch"] for r in rows if r["format"] == f}):
+            at = sorted((r for r in rows if r["batch"] == b and r["format"] == f),
+                        key=lambda r: r["width"])
+            errs = [Ratio(r["speedup"], r["se"], r["dof"]).errors if math.isfinite(r["se"])
+                    else (0.0, 0.0) for r in at]
+            ax.errorbar([r["width"] for r in at], [r["speedup"] for r in at], capsize=3,
+                        fmt="o" + ls, label=f"{names[f]}, batch {b} × 64 tokens",
+                        yerr=[[e[0] for e in errs], [e[1] for e in errs]])
+    ax.axhline(threshold, color="k", ls=":", lw=1, label=f"the claim's bar ({threshold:g}×)")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axvline(model_width, color="grey", ls="--", lw=1,
+               label=f"the course model's width ({model_width})")
+    if model_speedup is not None:
+        ax.plot([model_width], [model_speedup], "*", ms=12, color="k",
+                label="the course model, int8, batch 32")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    ticks = [t for t in (0.1, 0.2, 0.5, 1, 1.5, 2, 3, 5, 10) if lo <= t <= hi]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.yaxis.set_minor_formatter("")
+    ax.set(xlabel="width d of the feed-forward block (d → 2d → d)",
+           ylabel="speed-up over FP32 (×, CPU, log scale)",
+           title="int8 and BF16 against FP32, by width (95% intervals)")
+    ax.legend(frameon=False, fontsize=7)
+    return fig
