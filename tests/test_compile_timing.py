@@ -1,4 +1,4 @@
-"""Lesson 11's compiler checks: graph breaks and the recompile limit counted on small functions
+"""Lesson 13's compiler checks: graph breaks and the recompile limit counted on small functions
 whose answer is known, and the eager/compiled timing helpers against plain torch."""
 import pytest
 import torch
@@ -57,7 +57,7 @@ def test_inference_function_matches_plain_torch():
 
 
 def test_the_first_call_can_be_a_whole_training_step_around_the_compiled_loss():
-    """Lesson 11 compiles the forward pass and loss, and times the first training step that
+    """Lesson 13 compiles the forward pass and loss, and times the first training step that
     uses it (the backward graph compiles at the first backward pass)."""
     from course_lib.core.train import make_step_fn, task_loss
     torch.manual_seed(0)

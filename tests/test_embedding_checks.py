@@ -1,4 +1,4 @@
-"""Lesson 13's checks around the real model: the kernel count against the configured attention,
+"""Lesson 15's checks around the real model: the kernel count against the configured attention,
 the FLOP share against a hand count, the noise calibration against its target, and the grouped
 split against leaks."""
 import copy

@@ -45,12 +45,24 @@ def test_the_committed_evidence_is_complete():
             pytest.skip(f"{name} not committed yet")
         e = ev.load_evidence(name)
         assert e["command"].startswith("python -m course_lib.tools.evidence " + name)
-        assert e["hardware"] and (e["times"] if name == "ddp_speed" else e["runs"])
+        assert e["hardware"] and e[{"ddp_speed": "times", "ladder_multiply": "points"}.get(name, "runs")]
         if name == "ddp_speed":   # every configuration at every batch, once per round
             r = e["recipe"]
             assert sorted(map(int, e["times"])) == r["batches"] and r["cores"] >= r["nproc"]
             assert all(len(v) == r["rounds"] >= 5 for t in e["times"].values() for v in t.values())
             assert all(len(t) == 3 for t in e["times"].values())
+            continue
+        if name == "ladder_multiply":   # both stacks and each technique alone, every round and step
+            from course_lib.capstone.ladder import TECHNIQUES, Rung
+            from course_lib.capstone.ladder_evidence import cases
+            got = {tuple(p["techniques"]): p["samples"] for p in e["points"]}
+            avail = [t for t in TECHNIQUES if t not in e["unavailable"]]
+            for (top, alone), metric in zip(cases(avail).values(), ("latency_b32_ms", "train_epoch_s")):
+                for r in (Rung("baseline"), top, *alone):
+                    want = (e["rounds"] if metric == "latency_b32_ms" else
+                            e["bucket_batches"] if r.bucketing else e["fixed_batches"])
+                    assert len(got[r.techniques][metric]) == want, (r.name, metric)
+            assert e["rounds"] >= 10
             continue
         if name == "fp16_regression":   # every recipe at every offset, on the same seeds
             seeds = {(r["offset"], r["recipe"]): set() for r in e["runs"]}

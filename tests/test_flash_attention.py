@@ -77,3 +77,17 @@ def test_largest_intermediate_tells_a_tiled_kernel_from_the_naive_formula():
     tiled = largest_intermediate(flash_forward, q, k, v, block_q=64, block_k=64)
     assert tiled <= max(q.numel(), 2 * 3 * 64 * 64)
     assert largest_intermediate(naive_attention, q, k, v) >= 2 * 3 * 200 * 200
+
+
+def test_kept_tiles_counts_the_tiles_a_skipping_kernel_computes():
+    from course_lib.attention.figures import kept_tiles, masks_figure
+    from course_lib.attention.sdpa import causal_mask, sliding_window_mask, window_tile_fraction
+    for length, window, block in ((512, 64, 128), (300, 1, 64), (1000, 200, 128)):
+        tiles = kept_tiles(sliding_window_mask(length, window=window), block)
+        assert float(tiles.float().mean()) == pytest.approx(window_tile_fraction(length, window=window, block_size=block))
+    causal = kept_tiles(causal_mask(256), 64)
+    assert causal.tolist() == torch.ones(4, 4, dtype=torch.bool).tril().tolist()   # on and below the diagonal
+    fig = masks_figure({"causal": causal_mask(256)}, block=64)
+    assert "62%" in fig.axes[0].get_title()   # 10 of 16 tiles
+    with pytest.raises(ValueError, match="block"):
+        kept_tiles(causal_mask(8), 0)

@@ -1,4 +1,4 @@
-"""The ladder of lesson 12: rung configs, the model zoo and meters in smoke mode, the analysis."""
+"""The ladder of lesson 14: rung configs, the model zoo and meters in smoke mode, the analysis."""
 import dataclasses
 import math
 
@@ -97,7 +97,7 @@ def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
         for metric in ladder.METRICS:
             assert math.isfinite(row[metric]) and row[metric] > 0, (row["name"], metric)
         assert 0 <= row["test_accuracy"] <= 1
-    rec = Recorder("12_capstone", smoke=True)
+    rec = Recorder("14_capstone", smoke=True)
     A.record(rows, rec)
     assert len(rec.results) == len(rows) * len(ladder.METRICS)
     # every time carries its device; the int8 rung ran on the CPU whatever the machine
@@ -255,7 +255,7 @@ def test_stack_versus_product_and_the_guide_read_the_table():
     labels = {t: t for t in ladder.TECHNIQUES}
     rows, notes = A.usage_guide(pts, labels)
     assert len(rows) == len(ladder.TECHNIQUES) and not notes   # nothing overlaps here
-    assert rows[0].startswith("| bucketing | helps (alone 8.00×")
+    assert rows[0].startswith("| bucketing | helps (median 8.00× over 16 pairs; alone 8.00×")
     assert "| hurts (0.50×)" in rows[-1]                # sdpa is slower in this table
 
 
@@ -355,3 +355,127 @@ def test_measure_fills_the_practitioner_record_beside_the_rungs(smoke_run):
     e = rung_speedup(rows[0], start, "test_set_s")      # paired with the baseline's passes
     n = len(start["samples"]["test_set_s"])
     assert math.isinf(e.se) if n == 1 else e.dof == n - 1
+
+
+def test_points_carry_each_reviews_score_and_the_paired_change_reads_it(smoke_run):
+    zoo, inputs, rows, points = smoke_run
+    for r in ladder.ladder()[::3]:
+        assert torch.equal(points[r.key]["test_correct"], M.rung_correct(zoo, inputs, r))
+        assert points[r.key]["test_accuracy"] == pytest.approx(float(points[r.key]["test_correct"].float().mean()))
+    base, top = rows[0], rows[-1]
+    e = A.accuracy_change(base, top)
+    a, b = base["test_correct"].tolist(), top["test_correct"].tolist()
+    assert e.value == pytest.approx(100 * (sum(b) - sum(a)) / len(a))   # a hand count
+    assert A.accuracy_change(base, base).value == 0 and A.accuracy_change({}, top) is None
+
+
+def test_every_repeat_goes_to_the_points_whose_speed_ups_carry_an_error():
+    """The rungs, each technique alone and each combination one technique short of all are
+    timed in every repeat (the guide's "alone" and "on top" pairs); the others once."""
+    corpus = load_corpus(CorpusConfig(n_train=64, n_val=8, n_test=24, n_transfer=8, max_length=64))
+    torch.manual_seed(0)
+    teacher = build_model(len(corpus.vocab), preset="student", n_layers=2, d_ff=128)
+    settings = dataclasses.replace(SMOKE, repeats=2)
+    zoo = ModelZoo(teacher, corpus, device="cpu", settings=settings, progress=False)
+    inputs = M.choose_inputs(corpus, settings=settings)
+    avail = ["bucketing", "sdpa", "int8"]
+    combos = [r for r in ladder.combinations() if set(r.techniques) <= set(avail)]
+    rungs = ladder.ladder(avail)
+    _, points = M.measure(zoo, inputs, rungs, others=combos, progress=False)
+    for key, p in points.items():
+        many = p["name"] in {r.name for r in rungs} or len(p["techniques"]) in (1, len(avail) - 1)
+        assert len(p["samples"]["latency_b32_ms"]) == (2 if many else 1), p["name"]
+    e = A.effect(points, "int8", metric="latency_b32_ms")
+    assert e["alone_estimate"] is not None and e["on_top_estimate"] is not None
+    assert e["alone_estimate"].value == pytest.approx(
+        math.exp(sum(math.log(a / b) for a, b in zip(points[(False,) * 6]["samples"]["latency_b32_ms"],
+                                                     points[ladder.Rung("i", int8=True).key]["samples"]["latency_b32_ms"])) / 2))
+
+
+def test_the_stack_over_the_product_is_paired_round_by_round():
+    speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    base = pts[ladder.Rung("baseline").key]
+    top = pts[ladder.ladder()[-1].key]
+    alone = [pts[tuple(x == t for x in ladder.TECHNIQUES)] for t in top["techniques"]]
+    # the stack runs 10% slow in round 0 and 10% fast in round 2: a hand computation per round
+    top = {**top, "samples": {**top["samples"], "latency_b32_ms": [
+        v * f for v, f in zip(top["samples"]["latency_b32_ms"], (1.1, 1.0, 0.9))]}}
+    per_round = [(b / s) / math.prod(b / a["samples"]["latency_b32_ms"][j] for a in alone)
+                 for j, (b, s) in enumerate(zip(base["samples"]["latency_b32_ms"], top["samples"]["latency_b32_ms"]))]
+    got = A.paired_stack_ratio(base, top, alone, "latency_b32_ms")
+    assert got.value == pytest.approx(math.exp(sum(map(math.log, per_round)) / 3))
+    assert got.dof == 2 and got.se > 0
+    (row,) = A.stack_versus_product(pts, base, [("all", "latency_b32_ms", top)])
+    assert row["ratio_estimate"] == got
+    assert A.paired_stack_ratio(base, top, alone, "train_epoch_s") is None   # steps do not pair
+    short = {**top, "samples": {**top["samples"], "latency_b32_ms": [1.0, 2.0]}}
+    assert A.paired_stack_ratio(base, short, alone, "latency_b32_ms") is None
+
+
+def test_describe_names_everything_a_point_switches_on():
+    labels = {t: t.upper() for t in ladder.TECHNIQUES}
+    rung = ladder.ladder(unavailable=["amp"])[3]     # the "int8" rung serves bucketing and SDPA too
+    assert rung.name == "int8" and A.describe(rung, labels) == "BUCKETING + INT8 + SDPA"
+    assert A.describe({"techniques": ()}, labels) == "nothing (the baseline)"
+
+
+def test_the_pareto_figure_keeps_its_axis_on_the_points():
+    speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
+    for p in pts.values():   # 0.80 or 0.79 on 100 reviews
+        p["test_correct"] = torch.arange(100) < round(100 * p["test_accuracy"])
+    fig = A.pareto_figure(list(pts.values()), rows, max_drop_points=0.5)
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert low <= 79 and high >= 80                               # the bound at 79.5 is drawn
+    assert any(line.get_ydata()[0] == pytest.approx(79.5) for line in ax.get_lines()
+               if len(line.get_ydata()) == 2 and line.get_linestyle() == ":")
+    fig = A.pareto_figure(list(pts.values()), rows, max_drop_points=5.0)
+    ax = fig.axes[0]
+    assert 75 < ax.get_ylim()[0] <= 79                            # not stretched down to 75
+    assert any("below this axis" in t.get_text() for t in ax.texts)
+    assert not any(line.get_linestyle() == ":" for line in ax.get_lines())
+
+
+def test_the_multiply_evidence_is_read_like_the_live_table():
+    from course_lib.capstone import ladder_evidence as LE
+    speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    (inf_top, inf_alone), (train_top, train_alone) = LE.cases(
+        [t for t in ladder.TECHNIQUES if t != "amp"]).values()
+    assert set(inf_top.techniques) == {"bucketing", "sdpa", "int8", "prune", "distill"}
+    assert [r.techniques for r in train_alone] == [("bucketing",), ("sdpa",)]
+    keep = {r.key for r in (ladder.Rung("baseline"), inf_top, *inf_alone, train_top, *train_alone)}
+    evidence = {"unavailable": {"amp": "no bf16"},
+                "points": [{**p, "techniques": list(p["techniques"])} for k, p in pts.items() if k in keep]}
+    labels = {t: t for t in ladder.TECHNIQUES}
+    got = LE.stacks(evidence, labels)
+    base = pts[(False,) * 6]
+    want = A.stack_versus_product(pts, base, [("x", "latency_b32_ms", pts[inf_top.key]),
+                                              ("y", "train_epoch_s", pts[train_top.key])])
+    assert [g["ratio"] for g in got] == pytest.approx([w["ratio"] for w in want])
+    assert got[0]["label"].startswith("inference, batch 32") and got[1]["metric"] == "train_epoch_s"
+    assert got[0]["predicted"] == pytest.approx(8.0 * 4.0 * 1.0 * 1.5 * 0.5)   # no amp in the product
+
+
+def test_stacking_names_the_techniques_that_remove_the_same_cost():
+    """SDPA saves attention's cost only on padded batches here: with bucketing on it gains
+    nothing, so each of the two gains less on top of the other than alone; int8 multiplies."""
+    speed = {"bucketing": 8.0, "amp": 1.0, "distill": 1.0, "prune": 1.0, "int8": 1.5, "sdpa": 2.0}
+    pts = _fake_points(speed)
+    for key, p in pts.items():
+        if p["techniques"] and "bucketing" in p["techniques"] and "sdpa" in p["techniques"]:
+            f = 2.0   # undo SDPA's gain where bucketing is on
+            p["latency_b32_ms"] *= f
+            p["samples"]["latency_b32_ms"] = [x * f for x in p["samples"]["latency_b32_ms"]]
+    got = {(s["technique"], s["metric"]): s for s in A.stacking(pts)}
+    assert got[("sdpa", "latency_b32_ms")]["kind"] == "overlaps"
+    assert got[("sdpa", "latency_b32_ms")]["alone"] == pytest.approx(2.0)
+    assert got[("sdpa", "latency_b32_ms")]["on_top"] == pytest.approx(1.0)
+    assert got[("bucketing", "latency_b32_ms")]["kind"] == "overlaps"
+    assert ("int8", "latency_b32_ms") not in got
+    labels = {t: t for t in ladder.TECHNIQUES}
+    _, notes = A.usage_guide(pts, labels)
+    assert any(n.startswith("**sdpa** gains less for inference at batch 32") for n in notes)

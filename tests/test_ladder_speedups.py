@@ -1,4 +1,4 @@
-"""Lesson 12's speed-ups with their errors, against hand computations."""
+"""Lesson 14's speed-ups with their errors, against hand computations."""
 import math
 import statistics
 

@@ -134,7 +134,7 @@ def test_dynamic_int8_agrees_with_fp32_and_warns_nothing(trained):
 
 
 def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
-    # Mixed precision + int8 (lesson 12): without the cast back to FP32 the int8 kernel raises
+    # Mixed precision + int8 (lesson 14): without the cast back to FP32 the int8 kernel raises
     # "expected scalar type Float but found BFloat16" on a CPU with BF16 autocast.
     model, loader = trained
     q = quant.quantize_dynamic_int8(model)
@@ -198,7 +198,7 @@ def test_cast_model_and_torchao_option(trained):
 
 def test_per_channel_dynamic_int8_is_closer_to_fp32_on_a_layer_with_uneven_rows():
     """Rows of very different scale: one per-tensor step is coarse for the small rows, a
-    per-channel step per row is not (the effect behind lesson 13's per-channel row)."""
+    per-channel step per row is not (the effect behind lesson 15's per-channel row)."""
     torch.manual_seed(0)
     lin = nn.Linear(64, 8)
     with torch.no_grad():

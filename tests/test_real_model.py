@@ -1,4 +1,4 @@
-"""Lesson 13's real model: our batched forward pass against sentence-transformers' own encode,
+"""Lesson 15's real model: our batched forward pass against sentence-transformers' own encode,
 the fidelity measures against hand-made cases, FFN pruning, and clear errors."""
 import builtins
 

@@ -1,4 +1,4 @@
-"""Lesson 13's labelled task and int8 recipes: the standard library's docstrings by topic, the
+"""Lesson 15's labelled task and int8 recipes: the standard library's docstrings by topic, the
 logistic head against a hand-made separable case, the paired scores by hand, and PyTorch's dynamic
 int8 against the arithmetic written out (7-bit activations, and the 8th bit on this CPU)."""
 import pytest

@@ -1,2 +1,2 @@
-"""Lesson 10: attention three ways with its masks, its memory, and low-rank approximations.
+"""Lessons 10 and 11: attention three ways and its memory (10); masks, kernels that skip and low rank (11).
 """

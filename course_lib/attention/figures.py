@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["online_softmax_trace", "tiling_figure"]
+__all__ = ["kept_tiles", "masks_figure", "online_softmax_trace", "tiling_figure"]
 
 
 def online_softmax_trace(scores: torch.Tensor, block: int) -> list[dict]:
@@ -75,3 +75,41 @@ def tiling_figure(*, n_blocks: int = 8, query_block: int = 5, causal: bool = Tru
     ax2.set_title("Online softmax: one row, tile by tile", fontsize=9)
     ax2.legend(frameon=False, fontsize=8, loc="center right")
     return fig, trace
+
+
+def kept_tiles(mask: torch.Tensor, block: int) -> torch.Tensor:
+    """``(n, n)`` bool: which ``block x block`` tiles of an ``(L, L)`` mask hold any allowed
+    pair (the last tile of a row may be partial), the tiles a skipping kernel computes."""
+    if mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
+        raise ValueError(f"mask must be square (L, L), got shape {tuple(mask.shape)}")
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    n = -(-mask.shape[0] // block)
+    padded = torch.zeros(n * block, n * block, dtype=torch.bool)
+    padded[:mask.shape[0], :mask.shape[1]] = mask.bool().cpu()
+    return padded.view(n, block, n, block).any(dim=3).any(dim=1)
+
+
+def masks_figure(masks: dict[str, torch.Tensor], *, block: int):
+    """One panel per ``(L, L)`` mask (True = may attend, dark): the pairs it allows, the
+    ``block``-token tile grid over them, and the tiles a skipping kernel computes shaded, with
+    their share in the title."""
+    from course_lib.ui.plots import new_figure
+
+    fig, axes = new_figure(len(masks), width=3.3, height=3.6)
+    axes = np.atleast_1d(axes)
+    for ax, (name, m) in zip(axes, masks.items()):
+        tiles = kept_tiles(m, block)
+        length = m.shape[0]
+        shade = tiles.repeat_interleave(block, 0).repeat_interleave(block, 1)[:length, :length]
+        ax.imshow(shade.float().numpy() * 0.25 + m.float().cpu().numpy() * 0.75, cmap="Blues",
+                  vmin=0, vmax=1, interpolation="nearest")
+        for k in range(0, length + 1, block):
+            ax.axhline(k - 0.5, color="#888888", lw=0.5)
+            ax.axvline(k - 0.5, color="#888888", lw=0.5)
+        ax.set_title(f"{name}\n{float(tiles.float().mean()):.0%} of the tiles computed", fontsize=9)
+        ax.set_xlabel("key position")
+    axes[0].set_ylabel("query position")
+    fig.suptitle(f"Allowed pairs (dark) and the {block} × {block} tiles a skipping kernel computes "
+                 "(shaded)", fontsize=9)
+    return fig

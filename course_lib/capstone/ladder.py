@@ -1,10 +1,10 @@
-"""The optimization ladder (lesson 12): which techniques a configuration ("rung") switches on.
+"""The optimization ladder (lesson 14): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
 in ``train.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
 teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
 (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
-math backend, 09). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
+math backend, 10). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
 (the course model's ``F.scaled_dot_product_attention`` call restricted to SDPA's math backend,
 which computes and stores the full score matrix).
 
@@ -125,7 +125,8 @@ class Settings:
     dynamic_sample: int = 4         # the practitioner's test set (dynamic padding): every 4th
                                     # batch in width order, scaled by padded tokens
     warmup: int = 1
-    repeats: int = 3                # latency repeats of the rungs (other points: one)
+    repeats: int = 3                # latency repeats of the rungs, each technique alone and each
+                                    # combination one technique short of all (others: one)
     test_repeats: int = 3           # test-set passes per rung (paired ratios need >= 2)
     distill_steps: int = 800        # lesson 06's recipe, when no stored student fits the teacher
     distill_lr: float = 5e-4        # the teacher-initialised student's rate (student_runs)

@@ -1,4 +1,4 @@
-"""Reading lesson 12's table: the best rungs, the bounds each lesson promised, the Pareto front,
+"""Reading lesson 14's table: the best rungs, the bounds each lesson promised, the Pareto front,
 what each technique does alone and on top of the others, whether speed-ups multiply, and the
 "what to use when" guide. Pure functions of the rows and points ``ladder_meters.measure`` returns.
 """
@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 from course_lib.ui.plots import new_figure
 from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
-from course_lib.capstone.ladder_speedups import fmt, multiply_call, product, ratio, rung_speedup
+from course_lib.capstone.ladder_speedups import (PAIRED, UNPAIRED, fmt, multiply_call, product, ratio,
+                                                 rung_speedup)
+from course_lib.measure.verdicts import Estimate, geometric_mean
 
 
 def record(rows: Sequence[dict], rec) -> None:
@@ -76,21 +78,36 @@ def effect(points: dict[tuple, dict], technique: str, *, metric: str) -> dict | 
     """What switching ``technique`` on does to ``metric``: a factor before / after (> 1: it
     helps a time or size); for accuracy, the change in points. ``alone``: on the baseline;
     ``on_top``: with the most other techniques on; ``median``: over every measured pair of
-    points that differ only in it. None when no pair was measured."""
+    points that differ only in it. Where both sides of a pair carry more than one sample (for
+    a latency, timed in the same interleaved rounds), ``alone_estimate`` and ``on_top_estimate``
+    give the course's speed-up with its error (``ladder_speedups.rung_speedup``; else None).
+    None when no pair was measured."""
     if technique not in TECHNIQUES:
         raise ValueError(f"technique must be one of {TECHNIQUES}, got {technique!r}")
-    i, pairs = TECHNIQUES.index(technique), {}
+    i, pairs, sides = TECHNIQUES.index(technique), {}, {}
     for key, row in points.items():
         on = points.get(key[:i] + (True,) + key[i + 1:])
         if not key[i] and on and row[metric] is not None and on[metric] is not None:
             a, b = row[metric], on[metric]
             pairs[key] = 100 * (b - a) if metric == "test_accuracy" else a / b
+            sides[key] = (row, on)
     if not pairs:
         return None
-    top = max(pairs, key=sum)
-    return {"alone": pairs.get((False,) * len(TECHNIQUES)), "on_top": pairs[top],
+    top, none = max(pairs, key=sum), (False,) * len(TECHNIQUES)
+    return {"alone": pairs.get(none), "on_top": pairs[top],
+            "alone_estimate": _speedup_estimate(*sides[none], metric) if none in sides else None,
+            "on_top_estimate": _speedup_estimate(*sides[top], metric),
             "on_top_of": tuple(t for t, on in zip(TECHNIQUES, top) if on),
             "median": statistics.median(pairs.values()), "pairs": len(pairs)}
+
+
+def _speedup_estimate(before: dict, after: dict, metric: str) -> Estimate | None:
+    # the course's speed-up with its error where both sides carry more than one sample (a
+    # latency: timed in the same rounds; an epoch: its timed steps)
+    a, b = (p.get("samples", {}).get(metric) or [] for p in (before, after))
+    if metric not in PAIRED + UNPAIRED or len(a) < 2 or len(b) < 2 or (metric in PAIRED and len(a) != len(b)):
+        return None
+    return rung_speedup(before, after, metric)
 
 
 def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence[tuple[str, str, dict]]
@@ -104,11 +121,26 @@ def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence
         alone = [points[tuple(x == t for x in TECHNIQUES)] for t in row["techniques"]]
         predicted = product([rung_speedup(base, p, metric) for p in alone])
         measured = rung_speedup(base, row, metric)
-        r = ratio(measured, predicted)
+        r = paired_stack_ratio(base, row, alone, metric) or ratio(measured, predicted)
         out.append({"label": label, "metric": metric, "predicted": predicted.value,
                     "measured": measured.value, "ratio": r.value, "predicted_estimate": predicted,
                     "measured_estimate": measured, "ratio_estimate": r, "call": multiply_call(r)})
     return out
+
+
+def paired_stack_ratio(base: dict, row: dict, alone: Sequence[dict], metric: str) -> Estimate | None:
+    """measured / predicted round by round, where every point was timed in the same
+    interleaved rounds (``ladder_speedups.PAIRED`` metrics with as many samples each): in round
+    j, ``(base_j / row_j) / prod(base_j / alone_j)``, then the geometric mean over the rounds
+    (``verdicts.speedup``'s statistic, n - 1 degrees of freedom). Drift that slows a whole round
+    cancels, which adding the factors' errors in quadrature cannot know. None where the
+    samples do not pair (training steps, or unequal repeats)."""
+    runs = [p["samples"].get(metric) or [] for p in (base, row, *alone)]
+    if metric not in PAIRED or len({len(x) for x in runs}) != 1 or len(runs[0]) < 2:
+        return None
+    b, top, *rest = runs
+    per_round = [(b[j] / top[j]) / math.prod(b[j] / a[j] for a in rest) for j in range(len(b))]
+    return geometric_mean(per_round)
 
 
 def _word(f: float | None) -> str:
@@ -118,18 +150,54 @@ def _word(f: float | None) -> str:
     return "helps" if f >= 1.1 else ("hurts" if f <= 0.9 else "no clear change")
 
 
-def _fx(f: float | None) -> str:
-    return "—" if f is None else f"{f:.2f}×"
+def _fx(f: float | None, e: Estimate | None = None) -> str:
+    # a factor, with its 95% interval where one was measured
+    return "—" if f is None else fmt(e, digits=2) if e is not None else f"{f:.2f}×"
+
+
+def _get(e: dict | None, which: str = "median") -> float | None:
+    # "alone" and "on_top": the course's speed-up where it carries an error (the value the guide
+    # prints with its interval), else the ratio of the two points' values
+    if e is None or e[which] is None:
+        return None
+    est = e.get(f"{which}_estimate")
+    return est.value if est is not None else e[which]
+
+
+TRAINS_THE_TEACHER = ("bucketing", "amp", "sdpa")   # the techniques a training epoch can use
+
+
+def stacking(points: dict[tuple, dict]) -> list[dict]:
+    """Where a technique's gain changes on top of the others, for inference at batch 32 and (the
+    techniques that train the teacher) training: ``kind`` "slows" (helps alone, at least 10%,
+    hurts on top), "overlaps" (its gain on top is under 2/3 of its gain alone: another technique
+    removes the same cost) or "grows" (hurts alone, helps on top). Each with ``technique``,
+    ``metric``, ``alone``, ``on_top`` (``_get``'s values) and ``on_top_of``."""
+    out = []
+    for t in TECHNIQUES:
+        for metric in ("latency_b32_ms", "train_epoch_s"):
+            e = effect(points, t, metric=metric)
+            a, o = _get(e, "alone"), _get(e, "on_top")
+            if a is None or o is None or (metric == "train_epoch_s" and t not in TRAINS_THE_TEACHER):
+                continue
+            kind = ("slows" if a >= 1.1 and o < 0.9 else "overlaps" if a >= 1.1 and o < 0.67 * a
+                    else "grows" if a <= 0.9 and o >= 1.1 else None)
+            if kind:
+                out.append({"technique": t, "metric": metric, "kind": kind, "alone": a, "on_top": o,
+                            "on_top_of": tuple(x for x in e["on_top_of"]
+                                               if metric != "train_epoch_s" or x != "int8")})
+    return out
 
 
 def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
                 unavailable: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The "what to use when" table (Markdown rows, one per technique) and the notes on which
-    techniques do not stack, both read from the measured points. A technique never measured
-    (``unavailable``: technique -> reason) gets a row saying so."""
-    def get(e, which="median"):
-        return None if e is None or e[which] is None else e[which]
-    rows, notes, unavailable = [], [], unavailable or {}
+    techniques do not stack (``stacking``), both read from the measured points. The word in a
+    cell comes from the median over every pair that differs only in the technique (printed with
+    its number of pairs); "alone" and "on top" carry their intervals where they were measured
+    with repeats. A technique never measured (``unavailable``: technique -> reason) gets a row
+    saying so."""
+    rows, unavailable = [], unavailable or {}
     for t in TECHNIQUES:
         e = {m: effect(points, t, metric=m) for m in
              ("train_epoch_s", "latency_b1_ms", "latency_b32_ms", "size_bytes", "test_accuracy")}
@@ -137,34 +205,32 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
             why = unavailable.get(t, "no pair of points differing only in it was measured")
             rows.append(f"| {labels[t]} | not measured here: {why} | | | | |")
             continue
-        tr, same_model = e["train_epoch_s"], t in ("bucketing", "amp", "sdpa")
-        if same_model:
-            train_text = (f"{_word(get(tr, 'alone'))} (alone {_fx(get(tr, 'alone'))}, "
-                          f"on top {_fx(get(tr, 'on_top'))})")
+        tr = e["train_epoch_s"]
+        if t in TRAINS_THE_TEACHER:
+            train_text = (f"{_word(_get(tr))} (median {_fx(_get(tr))} over {tr['pairs']} pairs; alone "
+                          f"{_fx(_get(tr, 'alone'), tr['alone_estimate'])}, on top "
+                          f"{_fx(_get(tr, 'on_top'), tr['on_top_estimate'])})")
         elif t == "int8":
             train_text = "nothing (applied after training)"
         else:
-            train_text = f"trains a smaller model ({_fx(get(tr, 'on_top'))} per epoch), once built"
-        b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], get(e["size_bytes"])
-        rows.append(f"| {labels[t]} | {train_text} | {_word(get(b32))} (alone {_fx(get(b32, 'alone'))}, "
-                    f"on top {_fx(get(b32, 'on_top'))}) | {_word(get(b1))} ({_fx(get(b1))}) | "
+            train_text = f"trains a smaller model ({_fx(_get(tr, 'on_top'))} per epoch), once built"
+        b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], _get(e["size_bytes"])
+        rows.append(f"| {labels[t]} | {train_text} | {_word(_get(b32))} (median {_fx(_get(b32))} over "
+                    f"{b32['pairs']} pairs; alone {_fx(_get(b32, 'alone'), b32['alone_estimate'])}, on top "
+                    f"{_fx(_get(b32, 'on_top'), b32['on_top_estimate'])}) | {_word(_get(b1))} ({_fx(_get(b1))}) | "
                     f"{'same' if abs(size - 1) < 0.01 else f'{size:.2f}× smaller'} | "
                     f"{e['test_accuracy']['median']:+.2f} points |")
-        for metric, what in (("latency_b32_ms", "inference at batch 32"), ("train_epoch_s", "training")):
-            a, o = get(e[metric], "alone"), get(e[metric], "on_top")
-            if a is None or (metric == "train_epoch_s" and not same_model):
-                continue
-            if a >= 1.1 and o < 0.9:
-                notes.append(f"**{labels[t]}** helps {what} alone ({a:.2f}×) but *slows* it on top "
-                             f"of the others ({o:.2f}×): it does not stack.")
-            elif a >= 1.1 and o < 0.67 * a:
-                others = [labels[x] for x in e[metric]["on_top_of"]
-                          if metric != "train_epoch_s" or x != "int8"]
-                notes.append(f"**{labels[t]}** gains less for {what} on top of the others ({o:.2f}×) "
-                             f"than alone ({a:.2f}×): it overlaps with {', '.join(others)}.")
-            elif a <= 0.9 and o >= 1.1:
-                notes.append(f"**{labels[t]}** hurts {what} alone ({a:.2f}×) but helps on top of "
-                             f"the others ({o:.2f}×).")
+    notes = []
+    for s in stacking(points):
+        what = "inference at batch 32" if s["metric"] == "latency_b32_ms" else "training"
+        name, a, o = labels[s["technique"]], s["alone"], s["on_top"]
+        notes.append({"slows": f"**{name}** helps {what} alone ({a:.2f}×) but *slows* it on top of the "
+                               f"others ({o:.2f}×): it does not stack.",
+                      "overlaps": f"**{name}** gains less for {what} on top of the others ({o:.2f}×) than "
+                                  f"alone ({a:.2f}×): it overlaps with "
+                                  f"{', '.join(labels[x] for x in s['on_top_of'])}.",
+                      "grows": f"**{name}** hurts {what} alone ({a:.2f}×) but helps on top of the "
+                               f"others ({o:.2f}×)."}[s["kind"]])
     return rows, notes
 
 
@@ -202,6 +268,25 @@ def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def describe(point, labels: dict[str, str]) -> str:
+    """What a point (a dict of the table, or a ``Rung``) switches on, in words ("bucketing +
+    SDPA + int8"; "nothing (the baseline)"): a rung's short name ("int8") names only the
+    technique it adds."""
+    techniques = point["techniques"] if isinstance(point, dict) else point.techniques
+    return " + ".join(labels[t] for t in techniques) or "nothing (the baseline)"
+
+
+def accuracy_change(base: dict, point: dict) -> Estimate | None:
+    """``point``'s accuracy minus ``base``'s in points, paired over the test reviews both were
+    scored on (``verdicts.paired_accuracy_change``); None without per-review scores."""
+    from course_lib.measure.verdicts import paired_accuracy_change
+
+    a, b = base.get("test_correct"), point.get("test_correct")
+    if a is None or b is None:
+        return None
+    return paired_accuracy_change(list(a), list(b))
+
+
 _PARETO_AXES = {"latency_b32_ms": ("latency, batch of 32 (ms, log scale)", 1.0),
                 "latency_b1_ms": ("latency, batch of 1 (ms, log scale)", 1.0),
                 "size_bytes": ("size on disk (MiB, log scale)", 1 / 2**20)}
@@ -209,33 +294,53 @@ _PARETO_AXES = {"latency_b32_ms": ("latency, batch of 32 (ms, log scale)", 1.0),
 
 def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str = "latency_b32_ms",
                   max_drop_points: float = 2.0, selected: dict | None = None):
-    """Lesson 12: accuracy against latency and against size, every measured combination in
+    """Lesson 14: accuracy against latency and against size, every measured combination in
     grey, the Pareto front in green, the ladder's rungs numbered, ``selected`` as a star."""
 
     if latency not in ("latency_b32_ms", "latency_b1_ms"):
         raise ValueError(f"latency must be 'latency_b32_ms' or 'latency_b1_ms', got {latency!r}")
+    from course_lib.measure.verdicts import t_quantile
+
     fig, axes = new_figure(2, width=6, height=4.2)
     base = rows[0]
+    accs = [100 * p["test_accuracy"] for p in points]
+    floor = 100 * base["test_accuracy"] - max_drop_points
     for ax, x in zip(axes, (latency, "size_bytes")):
         label, k = _PARETO_AXES[x]
-        ax.scatter([p[x] * k for p in points], [100 * p["test_accuracy"] for p in points], s=14,
+        ax.scatter([p[x] * k for p in points], accs, s=14,
                    color="#BBBBBB", label=f"all {len(points)} combinations")
         front = pareto_front(points, x=x)
         ax.plot([p[x] * k for p in front], [100 * p["test_accuracy"] for p in front], "-o", ms=4,
                 color="#55A868", label="Pareto front")
+        # each front point's 95% interval of its accuracy change against the baseline (paired
+        # over the test reviews): points whose bars overlap are not told apart by accuracy
+        changes = [accuracy_change(base, p) for p in front]
+        bars = [0.0] * len(front)
+        if all(c is not None for c in changes):
+            bars = [t_quantile(0.975, c.dof) * c.se for c in changes]
+            ax.errorbar([p[x] * k for p in front], [100 * p["test_accuracy"] for p in front],
+                        yerr=bars, fmt="none", ecolor="#55A868", elinewidth=1, capsize=2)
         ax.plot([r[x] * k for r in rows], [100 * r["test_accuracy"] for r in rows], "--", lw=1,
                 color="#4C72B0", label="the ladder")
-        # Rung numbers, not names: the later rungs sit close together and long labels overlapped.
-        # Rungs at the same point (bucketing and SDPA change neither size nor accuracy) share one
-        # label, "0,1,2", instead of three printed on top of each other.
+        # Rung numbers, not names (the later rungs sit close together), each in a small box on its
+        # point, so no label floats over another point; rungs at the same point (bucketing and
+        # SDPA change neither size nor accuracy) share one box, "0,1,2".
         at: dict[tuple, list[int]] = {}
         for n, r in enumerate(rows):
             at.setdefault((round(r[x] * k, 6), round(100 * r["test_accuracy"], 6)), []).append(n)
-        for i, ((px, py), ns) in enumerate(at.items()):
-            ax.annotate(",".join(map(str, ns)), (px, py), fontsize=7, color="#4C72B0",
-                        xytext=(3, 3 + 7 * (i % 2)), textcoords="offset points")
-        ax.axhline(100 * base["test_accuracy"] - max_drop_points, color="k", ls=":", lw=1,
-                   label=f"teacher − {max_drop_points:g} points")
+        for (px, py), ns in at.items():
+            ax.annotate(",".join(map(str, ns)), (px, py), fontsize=6, color="#4C72B0", ha="center",
+                        va="center", zorder=6, bbox=dict(boxstyle="round,pad=0.2", fc="white",
+                                                         ec="#4C72B0", lw=0.8))
+        low = min(accs + [100 * p["test_accuracy"] - b for p, b in zip(front, bars)])
+        high = max(accs + [100 * p["test_accuracy"] + b for p, b in zip(front, bars)])
+        pad = max(0.1, 0.08 * (high - low))
+        if floor >= low - pad:   # the bound is drawn where it falls among the points
+            ax.axhline(floor, color="k", ls=":", lw=1, label=f"teacher − {max_drop_points:g} points")
+        else:                    # far below them: said, not drawn (it would flatten the points)
+            ax.text(0.99, 0.02, f"teacher − {max_drop_points:g} points = {floor:.1f}%: below this axis",
+                    transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
+        ax.set_ylim(low - pad, high + pad)
         if selected is not None:
             ax.scatter([selected[x] * k], [100 * selected["test_accuracy"]], marker="*", s=220,
                        color="#C44E52", zorder=5, label="selected")
@@ -245,6 +350,6 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
     axes[0].set_title("Accuracy vs latency")
     axes[1].set_title("Accuracy vs size")
     axes[0].legend(frameon=False, fontsize=7)
-    fig.supxlabel("ladder rungs: " + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
+    fig.supxlabel("ladder rungs (boxed numbers): " + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
                   fontsize=7)
     return fig

@@ -1,4 +1,4 @@
-"""What lesson 12 measures on each rung, as functions of a ``ModelZoo``: accuracy, latency, the
+"""What lesson 14 measures on each rung, as functions of a ``ModelZoo``: accuracy, latency, the
 test set's time, a training epoch's time, size and peak memory; ``measure`` fills the table.
 
 Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for latency and
@@ -321,15 +321,18 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
     a dict, ``practitioner`` is filled with ``PRACTITIONER``'s test set and training epoch,
     timed interleaved with the rungs' (its samples pair with theirs)."""
     points = list({r.key: r for r in [*others, *rungs]}.values())
-    acc: dict[tuple, float] = {}   # one score per model and precision
+    correct: dict[tuple, torch.Tensor] = {}   # one score per model and precision
     for r in tqdm(points, desc="accuracy", disable=not progress, leave=False):
         k = (*ModelZoo.key(r), r.amp)
-        if k not in acc:
-            acc[k] = accuracy(zoo, inputs, r)
-    # Every repeat for the rungs and for each technique alone (the "speed-ups multiply" check
-    # divides by those), one for the other combinations.
-    full = {r.key for r in rungs}
-    repeated = [*rungs, *(r for r in points if len(r.techniques) == 1 and r.key not in full)]
+        if k not in correct:
+            correct[k] = rung_correct(zoo, inputs, r)
+    acc = {k: float(v.float().mean()) for k, v in correct.items()}
+    # Every repeat for the points whose speed-ups carry an error: the rungs, each technique
+    # alone (the "speed-ups multiply" check divides by those) and every combination that lacks
+    # one available technique (the guide's "on top" pairs); one for the other combinations.
+    full, n_avail = {r.key for r in rungs}, max((len(r.techniques) for r in points), default=0)
+    repeated = [*rungs, *(r for r in points if len(r.techniques) in (1, n_avail - 1)
+                          and r.key not in full)]
     b1, b32, keys = {}, {}, {r.key for r in repeated}
     for group, repeats in ((repeated, None), ([r for r in points if r.key not in keys], 1)):
         if group:
@@ -353,8 +356,8 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
     if extra:
         k = ("practitioner",)
         practitioner.update({"name": PRACTITIONER.name, "techniques": PRACTITIONER.techniques,
-                             "test_accuracy": acc.get((*ModelZoo.key(PRACTITIONER), False))
-                             or accuracy(zoo, inputs, PRACTITIONER),
+                             "test_accuracy": acc[(*ModelZoo.key(PRACTITIONER), False)],
+                             "test_correct": correct[(*ModelZoo.key(PRACTITIONER), False)],
                              "test_set_s": _median(test_s[k]), "train_epoch_s": _mean(train_s[k]),
                              "train_design": design["dynamic"],
                              "samples": {"test_set_s": test_s[k], "train_epoch_s": train_s[k]}})
@@ -363,6 +366,8 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                      # where it ran: int8 models stay on the CPU even on a GPU machine
                      "device": model_device(zoo.model(r)).type,
                      "test_accuracy": acc[(*ModelZoo.key(r), r.amp)],
+                     # each test review right or wrong, in test-split order (paired changes)
+                     "test_correct": correct[(*ModelZoo.key(r), r.amp)],
                      "test_set_s": _median(test_s.get(r.key)),
                      "latency_b1_ms": _median(b1[r.key]), "latency_b32_ms": _median(b32[r.key]),
                      "train_epoch_s": _mean(train_s.get(r.key)),

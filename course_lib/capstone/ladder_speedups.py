@@ -1,4 +1,4 @@
-"""Lesson 12's speed-ups with their noise: every ratio of two measured times gets a standard
+"""Lesson 14's speed-ups with their noise: every ratio of two measured times gets a standard
 error and degrees of freedom (``verdicts.Estimate``), so that a target or the "speed-ups
 multiply" check can come out "inconclusive" when the timings cannot tell.
 

@@ -1,4 +1,4 @@
-"""The models lesson 12's rungs serve, each built once: the teacher, the distilled student, their
+"""The models lesson 14's rungs serve, each built once: the teacher, the distilled student, their
 pruned versions, and the int8 version of each.
 
 Each build is its lesson's function: the student is lesson 06's best (2 layers initialised from

@@ -9,7 +9,7 @@ unlabelled transfer split. Lessons 05 (pruning), 06 (distillation, as the teache
     python -m course_lib.tools.checkpoints            # trains and writes course_lib/core/weights/
     python -m course_lib.tools.checkpoints --check    # verifies the stored file's checksum
     python -m course_lib.tools.checkpoints --logits   # stores its logits over lesson 06's data
-    python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 12)
+    python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 14)
 
 The weights ship inside the package (``course_lib/core/weights/``, declared as package data), so a
 plain ``pip install`` of the course (Colab's set-up cell does exactly that) brings the same

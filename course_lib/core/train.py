@@ -2,7 +2,7 @@
 with them.
 
 ``train_step`` is the only step in the course: ``train`` calls it, and so do the DDP worker
-(``distributed.ddp``), the timed steps of ``make_step_fn`` (lessons 04, 11, 12) and every
+(``distributed.ddp``), the timed steps of ``make_step_fn`` (lessons 04, 13, 14) and every
 other place that updates weights. In the order nanoGPT's loop and PyTorch's AMP recipe use:
 
 1. zero the gradients;
@@ -287,7 +287,7 @@ def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
     """Model outputs for every item, returned in dataset order with the dataset indices.
 
     ``context``, if given, is called once per batch and entered around the forward pass: how a
-    caller runs the model its own way (lesson 12's rungs: their attention kernel and precision)
+    caller runs the model its own way (lesson 14's rungs: their attention kernel and precision)
     without a loop of its own."""
     device = torch.device(device)
     model.eval().to(device)

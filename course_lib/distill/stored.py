@@ -1,5 +1,5 @@
 """What lesson 06 stores beside the baseline: the teacher's logits over the distillation set, and
-the distilled student that lesson 12's distillation rung serves (``python -m
+the distilled student that lesson 14's distillation rung serves (``python -m
 course_lib.tools.checkpoints --logits`` / ``--student`` write them)."""
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def save_teacher_logits(logits: torch.Tensor, directory: Path = DEFAULT_DIR) -> 
 def train_student_checkpoint(corpus: Corpus, teacher: EncoderClassifier, *, steps: int | None = None,
                              progress: bool = True) -> tuple[EncoderClassifier, dict]:
     """Lesson 06's best student: 2 layers initialised from the teacher's layers 0 and 2, distilled
-    with the reference recipe (``distill.students.StudentRecipe``, seed 0). Lesson 12's distillation
+    with the reference recipe (``distill.students.StudentRecipe``, seed 0). Lesson 14's distillation
     rung serves it. Returns the model and its manifest entries."""
     recipe = StudentRecipe() if steps is None else replace(StudentRecipe(), steps=steps)
     dset = DistillSet(corpus.train, corpus.transfer)

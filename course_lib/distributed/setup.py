@@ -88,7 +88,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
 def worker_corpus(cfg):
     """The corpus a worker trains on (``cfg`` a ``distributed.ddp.WorkerConfig``): the full task, or
-    the "easy" one without the negation, opener and contrast rules (lesson 11's race uses it
+    the "easy" one without the negation, opener and contrast rules (lesson 12's race uses it
     too), where a small model trained with plain SGD for a hundred steps learns something, so
     an equivalence check is not run on a model at chance."""
     from course_lib.core.data import CorpusConfig, load_corpus

@@ -37,7 +37,7 @@ UNITS = frozenset({"fraction", "s", "ms", "x", "bytes", "MiB", "count", "tokens/
                    "GFLOP/s", "GiB/s", "points", "dB", "logit", "delta"})
 TIMING_UNITS = frozenset({"s", "ms"})
 # What a skipped section needs: any CUDA GPU, one of compute capability >= 8.0, >= 2 GPUs, the
-# torchao package (GPU int8, lesson 07) or a C++ compiler (Inductor on a CPU, lesson 10).
+# torchao package (GPU int8, lesson 07) or a C++ compiler (Inductor on a CPU, lesson 13).
 # ``make test-gpu`` fails when a GPU run skips for any reason the GPU does not explain.
 NEEDS = ("cuda", "sm80", "multi_gpu", "torchao", "compiler", "cores")   # cores: a core per rank
 

@@ -1,2 +1,3 @@
-"""Lesson 11: optimizers on one budget, the optimizer race, ``torch.compile`` and its timing.
+"""Lessons 12 and 13: optimizers on one budget and the optimizer race (12), ``torch.compile``
+and its timing (13).
 """

@@ -1,4 +1,4 @@
-"""Eager against compiled, timed the same way (lesson 11).
+"""Eager against compiled, timed the same way (lesson 13).
 
 The functions a lesson compiles: ``inference_fn`` for inference; for training, the forward pass
 and loss (``core.train.task_loss``), run inside the course's one step (``core.train.make_step_fn``:

@@ -1,4 +1,4 @@
-"""The optimizer race of lesson 11: every optimizer on one budget, its learning rate chosen on
+"""The optimizer race of lesson 12: every optimizer on one budget, its learning rate chosen on
 one split and its result scored on another.
 
 * ``run_budget`` trains a fresh model per (optimizer spec, seed) with the same initial weights,

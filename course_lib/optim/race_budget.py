@@ -1,4 +1,4 @@
-"""The optimizer race over the training budget: the evidence behind lesson 11's verdict.
+"""The optimizer race over the training budget: the evidence behind lesson 12's verdict.
 
 "Adam converges faster" is a statement about how soon a run gets good, so it depends on how long
 the run is: over a few dozen steps the optimizer with the largest useful first steps leads, over
@@ -34,7 +34,7 @@ SIMPLE = dict(p_negate=0.0, p_opener=0.0, p_contrast=0.0)   # sentiment = sum of
 
 
 def race_corpus(scale: float = 0.25):
-    """The race's data: the corpus without negation, openers and "but" (lesson 11 says why)."""
+    """The race's data: the corpus without negation, openers and "but" (lesson 12 says why)."""
     return load_corpus(CorpusConfig(**SIMPLE), scale=scale)
 
 

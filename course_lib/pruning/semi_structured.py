@@ -1,4 +1,4 @@
-"""2:4 semi-structured sparsity on a model's feed-forward layers (lessons 05 and 12).
+"""2:4 semi-structured sparsity on a model's feed-forward layers (lessons 05 and 14).
 
 NVIDIA's sparse tensor cores (compute capability >= 8.0: A100, L4, H100) multiply a weight that
 keeps 2 of every 4 consecutive inputs at up to twice the dense rate (Mishra et al., 2021,
@@ -76,7 +76,7 @@ def measure_2_4(model: nn.Module, test_loader, batch: tuple[torch.Tensor, torch.
                 repeats: int = 3) -> dict:
     """2:4 sparse feed-forward weights against the same dense model, both in ``dtype`` on a
     GPU that has the kernels (``supported``): test accuracy of each over ``test_loader``, and
-    the forward time on ``batch`` (ids, mask), the two interleaved (lesson 12's GPU-only rung).
+    the forward time on ``batch`` (ids, mask), the two interleaved (lesson 14's GPU-only rung).
     Raises on a device without the kernels: call ``supported`` first."""
     import copy
 

@@ -209,7 +209,7 @@ def quantize_dynamic_int8(model: nn.Module, *, per_channel: bool = False,
 
 
 # Dynamic int8 recipes by (weight scales, activation bits): PyTorch's default is one scale per
-# weight tensor and 7-bit activations. Lesson 13 judges the accuracy claim over them.
+# weight tensor and 7-bit activations. Lesson 15 judges the accuracy claim over them.
 DYNAMIC_RECIPES: dict[str, tuple[str, int]] = {
     "int8 per-tensor, 7-bit act. (default)": ("per-tensor weights", 7),
     "int8 per-tensor, 8-bit act.": ("per-tensor weights", 8),
@@ -315,7 +315,7 @@ def overflowed_with_8_bits(linear: nn.Linear, x: torch.Tensor) -> float:
 
 def _float32_inputs(module, args):
     """The dynamic int8 kernels take FP32 activations: under BF16 autocast (mixed precision with
-    int8, lesson 12) the layer before hands them BF16, so they are cast back on the way in."""
+    int8, lesson 14) the layer before hands them BF16, so they are cast back on the way in."""
     return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 

@@ -1,3 +1,3 @@
-"""Lesson 13: the course's techniques on a real pretrained Transformer, and the checks
+"""Lesson 15: the course's techniques on a real pretrained Transformer, and the checks
 around it.
 """

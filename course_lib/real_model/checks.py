@@ -1,4 +1,4 @@
-"""What lesson 13 checks around the real model, one function each.
+"""What lesson 15 checks around the real model, one function each.
 
 ``real_model`` loads all-MiniLM-L6-v2 and embeds sentences; this module holds what the lesson
 measures around it: timed calls (``embed_call``), the batch of typical sentences

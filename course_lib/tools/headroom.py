@@ -1,6 +1,6 @@
 """Does the course's task leave room for accuracy effects to show? Six figures, one command.
 
-Lessons 04-07, 11 and 12 judge accuracy claims on the course's model. A claim such as "2-bit
+Lessons 04-07, 12 and 14 judge accuracy claims on the course's model. A claim such as "2-bit
 weights lose accuracy" or "distillation beats training the student from scratch" can only be
 seen if the task is hard enough for a small or damaged model to do visibly worse than the
 teacher. This module measures that headroom, with the lessons' own recipes:

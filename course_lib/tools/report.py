@@ -6,7 +6,7 @@
 
 Writes ``build/notebooks/<lesson>.ipynb`` and ``.html`` (executed copies; build products,
 never committed), ``build/results/<lesson>.json`` and ``build/index.html``: at the top, the
-capstone's optimization ladder (lesson 12) with the hardware it was measured on, when its
+capstone's optimization ladder (lesson 14) with the hardware it was measured on, when its
 results exist; then this machine's hardware and every recorded result per lesson. Widgets run
 in static mode (``COURSE_STATIC=1``) so the HTML holds every figure.
 
@@ -36,7 +36,7 @@ from course_lib.measure.verdicts import Estimate, Ratio
 from course_lib.tools.saved_runs import load_runs, reference_values, save_run
 
 ROOT = Path(__file__).resolve().parents[2]
-LADDER = "12_capstone"
+LADDER = "14_capstone"
 # How the ladder table shows each metric recorded per rung: header, scale, format.
 _COLUMNS = {"test_accuracy": ("accuracy", 100, "{:.1f}%"),
             "train_epoch_s": ("train epoch (s)", 1, "{:,.1f}"),
@@ -86,7 +86,7 @@ def ladder_html(data: dict) -> str:
     rungs = [r["name"][:-len("_test_accuracy")] for r in data["results"]
              if r["name"].endswith("_test_accuracy")]
     settings = "smoke settings (numbers not meaningful)" if data["smoke"] else "learner settings"
-    parts = ["<h2>The optimization ladder (lesson 12)</h2>",
+    parts = ["<h2>The optimization ladder (lesson 14)</h2>",
              f"<p>{settings}; speed-ups against the first rung.</p>",
              "<table class='ladder'><tr><th>rung</th>"
              + "".join(f"<th>{_COLUMNS[m][0]}</th>" for m in metrics) + "</tr>"]
