@@ -158,6 +158,8 @@ def test_a_sweep_says_where_the_claim_holds_and_marks_the_learners_point():
     assert "32 × 512 tokens: fails from width 64 to 1,024, holds at width 4,096" in text
     assert "8 × 64 tokens: fails at width 64, holds from width 128 to 4,096" in text
     assert text.endswith("(your point, width 128, 32 × 512 tokens: 0.02, fails)")
+    ev = judge_over(cid, {64: 0.5, 128: 1.5}, learner=128, evidence="c", source="data/evidence/x.json")
+    assert ev.sentence().endswith("(the evidence at your point, width 128: 1.5, holds)")   # not this run's value
     d = v.as_dict()
     assert d["sentence"] == text and len(d["points"]) == 8 and d["learner"]["at"] == 128
     assert "Verdict over width" in v.markdown() and "What decides it" in v.markdown()

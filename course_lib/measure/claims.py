@@ -152,7 +152,9 @@ class Verdict:
     def sentence(self) -> str:
         """Where the claim holds, fails or stays inconclusive over the sweep, with the learner's
         point marked: "fails at width 64 and 128, holds from width 256 to 1,024 (your point,
-        width 128: 1.05 ± 0.03, fails)". A one-point verdict is its outcome."""
+        width 128: 1.05 ± 0.03, fails)"; where the verdict rests on committed evidence, "the
+        evidence at your point" (its value there, not this run's). A one-point verdict is its
+        outcome."""
         if not self.points:
             return self.outcome
         c = CLAIMS[self.claim]
@@ -167,7 +169,8 @@ class Verdict:
         est = (Ratio if c.rule.log else Estimate)(p.value, p.se, p.dof) if p.value is not None else None
         shown = format(est, c.value_format) if est is not None else "not measured"
         where = cond.at(p.at) + (f", {p.series}" if p.series else "")
-        return "; ".join(parts) + f" (your point, {where}: {shown}, {p.outcome})"
+        whose = "your point" if self.source == "live" else "the evidence at your point"
+        return "; ".join(parts) + f" ({whose}, {where}: {shown}, {p.outcome})"
 
     def markdown(self) -> str:
         c = CLAIMS[self.claim]
