@@ -91,3 +91,5 @@ def test_kept_tiles_counts_the_tiles_a_skipping_kernel_computes():
     assert "62%" in fig.axes[0].get_title()   # 10 of 16 tiles
     with pytest.raises(ValueError, match="block"):
         kept_tiles(causal_mask(8), 0)
+    with pytest.raises(ValueError, match="mask"):   # an additive float mask would read inverted
+        kept_tiles(torch.zeros(8, 8), 4)

@@ -74,3 +74,18 @@ def test_the_sweep_figure_draws_each_format_and_batch_and_the_model_point():
     assert sum("× 64 tokens" in t for t in labels) == 4 and "the course model, int8, batch 32" in labels
     lo, hi = ax.get_ylim()
     assert all(lo <= t <= hi for t in ax.get_yticks())
+
+
+def test_log_ticks_keep_their_distance_whatever_the_range():
+    import math
+    from course_lib.quant.sweep import spaced_log_ticks
+    assert spaced_log_ticks(0.6, 2.5) == [1.0, 1.5, 2.0]           # a narrow range keeps the fine ticks
+    assert spaced_log_ticks(0.01, 100) == [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]
+    for lo, hi in ((0.02, 3.0), (0.4, 60.0), (1.1, 1.9), (0.03, 0.9)):
+        t = spaced_log_ticks(lo, hi)
+        assert t and all(lo <= x <= hi for x in t)
+        gaps = [math.log10(b / a) for a, b in zip(t, t[1:])]
+        assert all(g >= math.log10(hi / lo) / 12 - 1e-12 for g in gaps), (lo, hi, t)
+        assert (1.0 in t) == (lo <= 1 <= hi)
+    with pytest.raises(ValueError, match="lo and hi"):
+        spaced_log_ticks(0.0, 1.0)

@@ -423,11 +423,16 @@ def test_describe_names_everything_a_point_switches_on():
 def test_the_pareto_figure_keeps_its_axis_on_the_points():
     speed = {"bucketing": 8.0, "amp": 2.0, "distill": 4.0, "prune": 1.0, "int8": 1.5, "sdpa": 0.5}
     pts = _fake_points(speed)
-    rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
     for p in pts.values():   # 0.80 or 0.79 on 100 reviews
         p["test_correct"] = torch.arange(100) < round(100 * p["test_accuracy"])
+    rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
     fig = A.pareto_figure(list(pts.values()), rows, max_drop_points=0.5)
     ax = fig.axes[0]
+    from matplotlib.collections import LineCollection
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert bars, "the front's paired error bars are drawn"
+    spans = sorted(float(s[1, 1] - s[0, 1]) / 2 for s in bars[0].get_segments())
+    assert spans[0] == 0.0 and spans[-1] > 1.0   # the teacher's own point: no error; one review of 100: about ±2
     low, high = ax.get_ylim()
     assert low <= 79 and high >= 80                               # the bound at 79.5 is drawn
     assert any(line.get_ydata()[0] == pytest.approx(79.5) for line in ax.get_lines()

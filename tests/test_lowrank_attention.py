@@ -14,13 +14,21 @@ def qkv(length=64, d=16, scale=1.0, seed=0):
 
 
 def exact(q, k, v):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    """Attention written out: softmax(q kᵀ / √d) v (the reference; the library calls SDPA)."""
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(-1) @ v
 
 
 def test_identity_projections_give_exact_attention():
     q, k, v = qkv()
     eye = torch.eye(64)
     assert torch.allclose(LR.lowrank_attention(q, k, v, eye, eye), exact(q, k, v), atol=1e-5)
+
+
+def test_pooled_attention_is_the_formula_on_the_projected_keys_and_values():
+    q, k, v = qkv()
+    e, f = LR.pooling(64, 8), torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    want = exact(q, e @ k, f @ v)   # softmax(q (e k)ᵀ / √d) (f v), written out
+    assert torch.allclose(LR.lowrank_attention(q, k, v, e, f), want, atol=1e-5)
 
 
 def test_pooling_rows_average_segments_and_errors_are_clear():

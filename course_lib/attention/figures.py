@@ -80,13 +80,14 @@ def tiling_figure(*, n_blocks: int = 8, query_block: int = 5, causal: bool = Tru
 def kept_tiles(mask: torch.Tensor, block: int) -> torch.Tensor:
     """``(n, n)`` bool: which ``block x block`` tiles of an ``(L, L)`` mask hold any allowed
     pair (the last tile of a row may be partial), the tiles a skipping kernel computes."""
-    if mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
-        raise ValueError(f"mask must be square (L, L), got shape {tuple(mask.shape)}")
-    if not isinstance(block, int) or block < 1:
+    if mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a square (L, L) bool tensor (True = may attend), got "
+                         f"{mask.dtype} of shape {tuple(mask.shape)}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
     n = -(-mask.shape[0] // block)
     padded = torch.zeros(n * block, n * block, dtype=torch.bool)
-    padded[:mask.shape[0], :mask.shape[1]] = mask.bool().cpu()
+    padded[:mask.shape[0], :mask.shape[1]] = mask.cpu()
     return padded.view(n, block, n, block).any(dim=3).any(dim=1)
 
 

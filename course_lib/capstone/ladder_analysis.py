@@ -206,7 +206,9 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
             rows.append(f"| {labels[t]} | not measured here: {why} | | | | |")
             continue
         tr = e["train_epoch_s"]
-        if t in TRAINS_THE_TEACHER:
+        if tr is None and t != "int8":
+            train_text = "not measured"
+        elif t in TRAINS_THE_TEACHER:
             train_text = (f"{_word(_get(tr))} (median {_fx(_get(tr))} over {tr['pairs']} pairs; alone "
                           f"{_fx(_get(tr, 'alone'), tr['alone_estimate'])}, on top "
                           f"{_fx(_get(tr, 'on_top'), tr['on_top_estimate'])})")

@@ -1,8 +1,9 @@
 """Evidence for lesson 14's "speed-ups multiply" check, which the live lesson cannot afford.
 
 The check divides the speed-up of a stack of techniques by the product of each technique's
-speed-up alone. Seven timings enter every round at batch 32 (the baseline, five techniques
-alone, the stack), each moving by 10-20% from round to round on a shared 2-core machine, so the
+speed-up alone. Seven timings enter every round at batch 32 on the reference CPU (the baseline,
+five techniques alone, the stack; mixed precision is left out there), each moving by 10-20% from
+round to round on a shared 2-core machine, so the
 lesson's few repeats leave an interval of measured / predicted from about 0.2 to 1: wider than
 the band (0.75 to 1.33) the call needs. ``run`` times the same points in many more interleaved
 rounds, and the training steps of the training stack on more batches, with ``ladder_meters``'
