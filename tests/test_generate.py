@@ -1,0 +1,91 @@
+"""The decoder and its key/value cache (issue 47's lesson, in progress): cached and uncached
+greedy generation give the same tokens, the attention matches the formula written out, the
+model cannot look ahead, and the cache holds 2 × layers × kv_heads × head_dim numbers a token."""
+import math
+
+import pytest
+import torch
+
+from course_lib.generate.decoder import DecoderConfig, DecoderLM, KVCache, causal_alibi
+from course_lib.generate.greedy import generate_cached, generate_uncached
+
+
+def model(**changes):
+    torch.manual_seed(0)
+    cfg = DecoderConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64,
+                        **changes)
+    return DecoderLM(cfg).eval()
+
+
+@pytest.mark.parametrize("kv_heads", [None, 2, 1])
+def test_cached_and_uncached_greedy_tokens_are_identical(kv_heads):
+    m = model(n_kv_heads=kv_heads)
+    prompt = torch.randint(0, 50, (3, 5), generator=torch.Generator().manual_seed(1))
+    a = generate_uncached(m, prompt, new_tokens=30)
+    b = generate_cached(m, prompt, new_tokens=30)
+    assert a.shape == (3, 35) and torch.equal(a, b)
+    assert torch.equal(a[:, :5], prompt)
+
+
+def test_the_cache_gives_the_logits_of_the_whole_sequence():
+    m = model(n_kv_heads=2)
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = m(ids)
+        cache = KVCache(m.cfg, batch=2, max_len=12)
+        parts = [m(ids[:, :7], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(7, 12)]
+    assert cache.length == 12
+    assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+def test_attention_is_the_formula_written_out_and_cannot_look_ahead():
+    m = model()
+    attn, x = m.blocks[0].attn, torch.randn(1, 6, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        q = attn.q(x).view(1, 6, 4, 8).transpose(1, 2)
+        k, v = (t.view(1, 6, 4, 8).transpose(1, 2) for t in attn.kv(x).chunk(2, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+        i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+        scores = scores - attn.slopes[:, None, None] * (i - j)   # ALiBi: distance penalty
+        scores = scores.masked_fill(j > i, float("-inf"))        # no key after the query
+        want = attn.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(1, 6, 32))
+        assert torch.allclose(attn(x), want, atol=1e-5)
+        ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(4))
+        changed = ids.clone()
+        changed[0, 7] = (ids[0, 7] + 1) % 50
+        assert torch.allclose(m(ids)[:, :7], m(changed)[:, :7], atol=1e-6)   # the past ignores the future
+        assert not torch.allclose(m(ids)[:, 7:], m(changed)[:, 7:])
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_cache_bytes_per_token_is_two_layers_kv_heads_head_dim_numbers(kv_heads):
+    m = model(n_kv_heads=kv_heads)
+    for dtype in (torch.float32, torch.bfloat16):
+        cache = KVCache(m.cfg, batch=3, dtype=dtype, max_len=40)
+        want = 2 * 2 * kv_heads * 8 * torch.tensor([], dtype=dtype).element_size()
+        assert cache.bytes_per_token == want
+        assert cache.nbytes == want * 3 * 40                 # what is allocated: per token, sequence
+    assert causal_alibi(2, 5, torch.ones(1))[0, 0].tolist() == [[-3.0, -2.0, -1.0, -0.0, float("-inf")],
+                                                                [-4.0, -3.0, -2.0, -1.0, -0.0]]
+
+
+@pytest.mark.parametrize("make, param", [
+    (lambda: DecoderConfig(vocab_size=50, n_heads=4, n_kv_heads=3).validate(), "n_kv_heads"),
+    (lambda: DecoderConfig(vocab_size=50, n_heads=4, n_kv_heads=0).validate(), "n_kv_heads"),
+    (lambda: DecoderConfig(vocab_size=0).validate(), "vocab_size"),
+    (lambda: generate_cached(model(), torch.zeros(1, 60, dtype=torch.long), new_tokens=10), "max_len"),
+    (lambda: generate_uncached(model(), torch.zeros(1, 3, dtype=torch.long), new_tokens=0), "new_tokens"),
+    (lambda: KVCache(model().cfg, batch=1, max_len=100), "max_len"),
+])
+def test_bad_shapes_name_the_parameter(make, param):
+    with pytest.raises(ValueError, match=param):
+        make()
+
+
+def test_a_full_cache_refuses_more_tokens():
+    m = model()
+    cache = KVCache(m.cfg, batch=1, max_len=4)
+    with torch.no_grad():
+        m(torch.zeros(1, 4, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="max_len=4"):
+            m(torch.zeros(1, 1, dtype=torch.long), cache=cache)
