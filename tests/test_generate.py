@@ -89,3 +89,35 @@ def test_a_full_cache_refuses_more_tokens():
         m(torch.zeros(1, 4, dtype=torch.long), cache=cache)
         with pytest.raises(ValueError, match="max_len=4"):
             m(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+
+
+@pytest.mark.parametrize("draft_len", [1, 3, 6])
+def test_speculative_decoding_gives_the_targets_greedy_tokens(draft_len):
+    from course_lib.generate.speculative import generate_speculative
+    target = model()
+    torch.manual_seed(9)
+    draft = DecoderLM(DecoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=64)).eval()
+    for length in (1, 4):
+        prompt = torch.randint(0, 50, (1, length), generator=torch.Generator().manual_seed(length))
+        want = generate_uncached(target, prompt, new_tokens=25)
+        got, counts = generate_speculative(target, draft, prompt, new_tokens=25, draft_len=draft_len)
+        assert torch.equal(got, want)
+        assert 0 <= counts["accepted"] <= counts["proposed"]
+    same, counts = generate_speculative(target, target, prompt, new_tokens=25, draft_len=draft_len)
+    assert torch.equal(same, want) and counts["accepted"] == counts["proposed"]   # a perfect draft
+    assert counts["target_passes"] == 1 + math.ceil(25 / (draft_len + 1))          # prefill + rounds
+
+
+def test_speculative_decoding_refuses_what_it_cannot_do():
+    from course_lib.generate.speculative import generate_speculative
+    m = model()
+    with pytest.raises(ValueError, match="batch"):
+        generate_speculative(m, m, torch.zeros(2, 3, dtype=torch.long), new_tokens=4, draft_len=2)
+    with pytest.raises(ValueError, match="draft_len"):
+        generate_speculative(m, m, torch.zeros(1, 3, dtype=torch.long), new_tokens=4, draft_len=0)
+    other = DecoderLM(DecoderConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=64))
+    with pytest.raises(ValueError, match="vocab_size"):
+        generate_speculative(m, other, torch.zeros(1, 3, dtype=torch.long), new_tokens=4, draft_len=2)
+    cache = KVCache(m.cfg, batch=1, max_len=8)
+    with pytest.raises(ValueError, match="length"):
+        cache.truncate(1)   # nothing in it yet

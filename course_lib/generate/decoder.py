@@ -106,6 +106,13 @@ class KVCache:
     def advance(self, n: int) -> None:
         self.length += n
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (speculative decoding drops the keys and
+        values of draft tokens the target rejected); later appends overwrite them."""
+        if not isinstance(length, int) or not 0 <= length <= self.length:
+            raise ValueError(f"length must be in [0, {self.length}], got {length!r}")
+        self.length = length
+
 
 def causal_alibi(queries: int, keys: int, slopes: torch.Tensor) -> torch.Tensor:
     """(1, heads, queries, keys) additive mask for the last ``queries`` of ``keys`` positions:

@@ -1,0 +1,65 @@
+"""Speculative decoding, greedy (Leviathan et al., 2023; Chen et al., 2023): a small draft
+model proposes ``draft_len`` tokens one by one, the target model checks all of them in one
+forward pass, keeps the longest prefix it agrees with and adds its own next token. The output
+is exactly the target's greedy output (the tests check it); what changes is how many target
+passes it takes, which the returned counts say.
+
+Both models keep a ``KVCache``. The loop's invariant: the caches hold every token but the last,
+which is fed first in the next round, so no pass is ever spent on a token alone."""
+from __future__ import annotations
+
+import torch
+
+from course_lib.generate.decoder import DecoderLM, KVCache
+from course_lib.generate.greedy import _check
+
+
+@torch.inference_mode()
+def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tensor, *,
+                         new_tokens: int, draft_len: int) -> tuple[torch.Tensor, dict]:
+    """``prompt`` (1, length) followed by ``new_tokens`` tokens, identical to
+    ``generate_uncached(target, ...)``, and the counts: draft tokens ``proposed`` and
+    ``accepted``, ``target_passes`` and ``draft_passes``."""
+    _check(target, prompt, new_tokens)
+    if prompt.shape[0] != 1:
+        raise ValueError(f"prompt must hold one sequence (batch 1: each sequence accepts its own "
+                         f"number of draft tokens), got batch {prompt.shape[0]}")
+    if not isinstance(draft_len, int) or draft_len < 1:
+        raise ValueError(f"draft_len must be an integer >= 1, got {draft_len!r}")
+    if target.cfg.vocab_size != draft.cfg.vocab_size:
+        raise ValueError(f"draft's vocab_size ({draft.cfg.vocab_size}) must equal the target's "
+                         f"({target.cfg.vocab_size})")
+    room = prompt.shape[1] + new_tokens + draft_len + 1   # a round may look past the end
+    if room > min(target.cfg.max_len, draft.cfg.max_len):
+        raise ValueError(f"prompt + new_tokens + draft_len + 1 ({room}) must fit both models' max_len")
+    dtype = next(target.parameters()).dtype
+    tc = KVCache(target.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
+    dc = KVCache(draft.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
+    counts = {"proposed": 0, "accepted": 0, "target_passes": 0, "draft_passes": 0}
+    if prompt.shape[1] > 1:                                 # prefill all but the last token
+        target(prompt[:, :-1], cache=tc)
+        draft(prompt[:, :-1], cache=dc)
+        counts["target_passes"] += 1
+        counts["draft_passes"] += 1
+    ids = prompt
+    while ids.shape[1] < prompt.shape[1] + new_tokens:
+        last, n = ids[:, -1:], ids.shape[1]
+        proposal, nxt = [], last
+        for _ in range(draft_len):                          # the draft, one token at a time
+            nxt = draft(nxt, cache=dc)[:, -1].argmax(-1, keepdim=True)
+            proposal.append(nxt)
+            counts["draft_passes"] += 1
+        proposal = torch.cat(proposal, dim=1)               # (1, draft_len)
+        check = target(torch.cat([last, proposal], dim=1), cache=tc).argmax(-1)   # (1, draft_len + 1)
+        counts["target_passes"] += 1
+        agree = (proposal[0] == check[0, :-1]).long().cumprod(0)
+        accepted = int(agree.sum())                         # the longest prefix the target agrees with
+        counts["proposed"] += draft_len
+        counts["accepted"] += accepted
+        ids = torch.cat([ids, proposal[:, :accepted], check[:, accepted:accepted + 1]], dim=1)
+        tc.truncate(n + accepted)                           # keep: the old tokens and those accepted
+        if accepted == draft_len:                           # the draft never read its last proposal
+            draft(proposal[:, -1:], cache=dc)
+            counts["draft_passes"] += 1
+        dc.truncate(n + accepted)
+    return ids[:, :prompt.shape[1] + new_tokens], counts
