@@ -121,3 +121,38 @@ def test_speculative_decoding_refuses_what_it_cannot_do():
     cache = KVCache(m.cfg, batch=1, max_len=8)
     with pytest.raises(ValueError, match="length"):
         cache.truncate(1)   # nothing in it yet
+
+
+def test_decode_speed_times_both_ways_interleaved_and_counts_tokens():
+    from course_lib.generate.speed import decode_speed
+    m = model()
+    res = decode_speed({"fp32": m}, prompt_len=4, new_tokens=6, repeats=2, warmup=0)
+    assert list(res) == ["fp32, no cache", "fp32, cache"]
+    for r in res.values():
+        assert len(r["timing"].samples) == 2
+        assert r["tokens_per_s"] == pytest.approx(6 / r["timing"].median)
+    with pytest.raises(ValueError, match="vocab_size"):
+        decode_speed({"a": m, "b": DecoderLM(DecoderConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=1))},
+                     prompt_len=2, new_tokens=2)
+
+
+def test_weight_only_int8_stores_int8_rows_and_stays_close_to_fp32():
+    from course_lib.quant.weight_only import WeightOnlyInt8Linear, quantize_weights_int8
+    m = model()
+    q = quantize_weights_int8(m)
+    layers = [x for x in q.modules() if isinstance(x, WeightOnlyInt8Linear)]
+    assert len(layers) == 5 * m.cfg.n_layers + 1          # q, kv, proj, fc1, fc2 per block, and the head
+    lin = m.blocks[0].ff.fc1
+    w8 = q.blocks[0].ff.fc1
+    assert w8.weight_int8.dtype == torch.int8
+    # each row's error is at most half its step (symmetric per-row scale: max |w| / 127)
+    step = lin.weight.detach().abs().amax(dim=1, keepdim=True) / 127
+    err = (w8.weight_int8.float() * w8.scale - lin.weight.detach()).abs()
+    assert bool((err <= step / 2 + 1e-7).all())
+    ids = torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        a, b = m(ids), q(ids)
+    assert float((a - b).norm() / a.norm()) < 0.05         # close to the FP32 logits
+    assert torch.equal(generate_cached(q, ids[:, :3], new_tokens=5), generate_uncached(q, ids[:, :3], new_tokens=5))
+    with pytest.raises(ValueError, match="linear"):
+        WeightOnlyInt8Linear(torch.nn.Conv1d(2, 2, 1))
