@@ -484,3 +484,15 @@ def test_stacking_names_the_techniques_that_remove_the_same_cost():
     labels = {t: t for t in ladder.TECHNIQUES}
     _, notes = A.usage_guide(pts, labels)
     assert any(n.startswith("**sdpa** gains less for inference at batch 32") for n in notes)
+
+
+def test_the_guide_words_and_the_biggest_gain_read_the_same_factors():
+    speed = {"bucketing": 8.0, "amp": 1.0, "distill": 4.0, "prune": 1.05, "int8": 1.5, "sdpa": 0.5}
+    pts = _fake_points(speed)
+    techniques = [t for t in ladder.TECHNIQUES]
+    # helps: a median of at least 1.1x (prune's 1.05 and amp's 1.0 do not; sdpa hurts)
+    assert A.helping(pts, techniques, metric="latency_b32_ms") == ["bucketing", "distill", "int8"]
+    assert A.helping(pts, ladder.TRAINS_THE_TEACHER, metric="train_epoch_s") == ["bucketing"]
+    best, x, e = A.biggest_alone(pts, techniques, metric="latency_b32_ms")
+    assert best == "bucketing" and x == pytest.approx(8.0) and e.value == pytest.approx(8.0)
+    assert A.factor(None) is None and A.factor(A.effect(pts, "int8", metric="latency_b32_ms"), "alone") == pytest.approx(1.5)

@@ -39,6 +39,9 @@ METRICS = {"test_accuracy": "fraction", "test_set_s": "s", "latency_b1_ms": "ms"
 # the rung below's accuracy by construction: a check could not fail.
 BOUNDS = dict(ACCURACY_TOLERANCE_POINTS)
 ACCURACY_NEUTRAL = ("bucketing", "sdpa")
+# The techniques that change how the teacher itself trains (the others change the model, or come
+# after training): the training stack of the "speed-ups multiply" check, the guide's training column.
+TRAINS_THE_TEACHER = ("bucketing", "amp", "sdpa")
 
 
 @dataclass(frozen=True)

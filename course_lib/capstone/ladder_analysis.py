@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 
 from course_lib.ui.plots import new_figure
-from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES
+from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES, TRAINS_THE_TEACHER
 from course_lib.capstone.ladder_speedups import (PAIRED, UNPAIRED, fmt, multiply_call, product, ratio,
                                                  rung_speedup)
 from course_lib.measure.verdicts import Estimate, geometric_mean
@@ -155,16 +155,30 @@ def _fx(f: float | None, e: Estimate | None = None) -> str:
     return "—" if f is None else fmt(e, digits=2) if e is not None else f"{f:.2f}×"
 
 
-def _get(e: dict | None, which: str = "median") -> float | None:
-    # "alone" and "on_top": the course's speed-up where it carries an error (the value the guide
-    # prints with its interval), else the ratio of the two points' values
+def factor(e: dict | None, which: str = "median") -> float | None:
+    """One factor of an ``effect``: for "alone" and "on_top" the course's speed-up where it
+    carries an error (the value the guide prints with its interval), else the ratio of the two
+    points' values; "median" as it is. None where nothing was measured."""
     if e is None or e[which] is None:
         return None
     est = e.get(f"{which}_estimate")
     return est.value if est is not None else e[which]
 
 
-TRAINS_THE_TEACHER = ("bucketing", "amp", "sdpa")   # the techniques a training epoch can use
+def helping(points: dict[tuple, dict], techniques, *, metric: str) -> list[str]:
+    """The ``techniques`` the guide says help ``metric``: their median factor over every pair
+    that differs only in them, read by the guide's own word (``_word``: at least 1.1×)."""
+    return [t for t in techniques if _word(factor(effect(points, t, metric=metric))) == "helps"]
+
+
+def biggest_alone(points: dict[tuple, dict], techniques, *,
+                  metric: str) -> tuple[str, float, Estimate | None]:
+    """The technique of ``techniques`` with the largest factor alone on ``metric``, that factor
+    as the guide prints it (``factor``) and its estimate with the error (None where the points
+    were timed once)."""
+    best = max(techniques, key=lambda t: factor(effect(points, t, metric=metric), "alone") or 0.0)
+    e = effect(points, best, metric=metric)
+    return best, factor(e, "alone"), e["alone_estimate"]
 
 
 def stacking(points: dict[tuple, dict]) -> list[dict]:
@@ -172,12 +186,12 @@ def stacking(points: dict[tuple, dict]) -> list[dict]:
     techniques that train the teacher) training: ``kind`` "slows" (helps alone, at least 10%,
     hurts on top), "overlaps" (its gain on top is under 2/3 of its gain alone: another technique
     removes the same cost) or "grows" (hurts alone, helps on top). Each with ``technique``,
-    ``metric``, ``alone``, ``on_top`` (``_get``'s values) and ``on_top_of``."""
+    ``metric``, ``alone``, ``on_top`` (``factor``'s values) and ``on_top_of``."""
     out = []
     for t in TECHNIQUES:
         for metric in ("latency_b32_ms", "train_epoch_s"):
             e = effect(points, t, metric=metric)
-            a, o = _get(e, "alone"), _get(e, "on_top")
+            a, o = factor(e, "alone"), factor(e, "on_top")
             if a is None or o is None or (metric == "train_epoch_s" and t not in TRAINS_THE_TEACHER):
                 continue
             kind = ("slows" if a >= 1.1 and o < 0.9 else "overlaps" if a >= 1.1 and o < 0.67 * a
@@ -209,17 +223,17 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
         if tr is None and t != "int8":
             train_text = "not measured"
         elif t in TRAINS_THE_TEACHER:
-            train_text = (f"{_word(_get(tr))} (median {_fx(_get(tr))} over {tr['pairs']} pairs; alone "
-                          f"{_fx(_get(tr, 'alone'), tr['alone_estimate'])}, on top "
-                          f"{_fx(_get(tr, 'on_top'), tr['on_top_estimate'])})")
+            train_text = (f"{_word(factor(tr))} (median {_fx(factor(tr))} over {tr['pairs']} pairs; alone "
+                          f"{_fx(factor(tr, 'alone'), tr['alone_estimate'])}, on top "
+                          f"{_fx(factor(tr, 'on_top'), tr['on_top_estimate'])})")
         elif t == "int8":
             train_text = "nothing (applied after training)"
         else:
-            train_text = f"trains a smaller model ({_fx(_get(tr, 'on_top'))} per epoch), once built"
-        b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], _get(e["size_bytes"])
-        rows.append(f"| {labels[t]} | {train_text} | {_word(_get(b32))} (median {_fx(_get(b32))} over "
-                    f"{b32['pairs']} pairs; alone {_fx(_get(b32, 'alone'), b32['alone_estimate'])}, on top "
-                    f"{_fx(_get(b32, 'on_top'), b32['on_top_estimate'])}) | {_word(_get(b1))} ({_fx(_get(b1))}) | "
+            train_text = f"trains a smaller model ({_fx(factor(tr, 'on_top'))} per epoch), once built"
+        b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], factor(e["size_bytes"])
+        rows.append(f"| {labels[t]} | {train_text} | {_word(factor(b32))} (median {_fx(factor(b32))} over "
+                    f"{b32['pairs']} pairs; alone {_fx(factor(b32, 'alone'), b32['alone_estimate'])}, on top "
+                    f"{_fx(factor(b32, 'on_top'), b32['on_top_estimate'])}) | {_word(factor(b1))} ({_fx(factor(b1))}) | "
                     f"{'same' if abs(size - 1) < 0.01 else f'{size:.2f}× smaller'} | "
                     f"{e['test_accuracy']['median']:+.2f} points |")
     notes = []

@@ -21,11 +21,9 @@ from dataclasses import replace
 import torch
 
 from course_lib.capstone import ladder_meters as M
-from course_lib.capstone.ladder import ORDER, TECHNIQUES, Rung, Settings, unavailable_here
+from course_lib.capstone.ladder import ORDER, TECHNIQUES, TRAINS_THE_TEACHER, Rung, Settings, unavailable_here
 from course_lib.capstone.ladder_analysis import stack_versus_product
 from course_lib.capstone.model_zoo import ModelZoo
-
-TRAIN_TECHNIQUES = ("bucketing", "amp", "sdpa")   # the techniques that train the teacher itself
 
 
 def cases(available) -> dict[str, tuple[Rung, list[Rung]]]:
@@ -33,7 +31,7 @@ def cases(available) -> dict[str, tuple[Rung, list[Rung]]]:
     inference at batch 32 with every available technique, and training the teacher with every
     available training technique."""
     avail = [t for t in ORDER if t in available]
-    train = [t for t in avail if t in TRAIN_TECHNIQUES]
+    train = [t for t in avail if t in TRAINS_THE_TEACHER]
     return {"inference_b32": (Rung("stack", **{t: True for t in avail}),
                               [Rung(t, **{t: True}) for t in avail]),
             "training": (Rung("train_stack", **{t: True for t in train}),
