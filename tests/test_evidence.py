@@ -115,6 +115,12 @@ def test_the_committed_evidence_is_complete():
                 assert sum(r["folds"]) == e["sentences"]
                 assert all(s["n"] == e["sentences"] for s in r["scores"].values())
             assert len({r["seed"] for r in e["runs"]}) == len(e["runs"]) >= 1
+        elif name == "gqa_uptrain":   # every key/value-head count uptrained from every seed
+            assert len(e["seeds"]) >= 3 and [r["seed"] for r in e["runs"]] == e["seeds"]
+            for r in e["runs"]:
+                assert set(r["perplexity"]) == {str(kv) for kv in e["kv_heads"]}
+                assert set(r["ratio"]) == {str(kv) for kv in e["kv_heads"] if kv != max(e["kv_heads"])}
+            assert set(e["converted_only"]) == {str(kv) for kv in e["kv_heads"]}
         else:
             assert all(r["val_curve"] for r in e["runs"])
 

@@ -139,11 +139,12 @@ class CausalSelfAttention(nn.Module):
         k, v = (t.view(B, L, self.kv_heads, -1).transpose(1, 2) for t in self.kv(x).chunk(2, dim=-1))
         if cache is not None:                      # the keys and values of every earlier token
             k, v = cache.append(layer, k, v)
-        group = self.n_heads // self.kv_heads      # query heads per key/value head
-        if group > 1:
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        # With fewer key/value heads, each serves n_heads / kv_heads query heads in turn:
+        # ``enable_gqa`` lets SDPA share them, where ``k.repeat_interleave(group, dim=1)`` would
+        # copy every layer's whole cache to the full head count at every step.
         bias = causal_alibi(L, k.shape[2], self.slopes).to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                           enable_gqa=self.kv_heads < self.n_heads)
         return self.proj(y.transpose(1, 2).reshape(B, L, -1))
 
 

@@ -19,7 +19,8 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
                          new_tokens: int, draft_len: int) -> tuple[torch.Tensor, dict]:
     """``prompt`` (1, length) followed by ``new_tokens`` tokens, identical to
     ``generate_uncached(target, ...)``, and the counts: draft tokens ``proposed`` and
-    ``accepted``, ``target_passes`` and ``draft_passes``."""
+    ``accepted``, ``target_passes`` and ``draft_passes``, and ``rounds``: the draft tokens each
+    round accepted, in order."""
     _check(target, prompt, new_tokens)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt must hold one sequence (batch 1: each sequence accepts its own "
@@ -35,7 +36,7 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
     dtype = next(target.parameters()).dtype
     tc = KVCache(target.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
     dc = KVCache(draft.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
-    counts = {"proposed": 0, "accepted": 0, "target_passes": 0, "draft_passes": 0}
+    counts = {"proposed": 0, "accepted": 0, "target_passes": 0, "draft_passes": 0, "rounds": []}
     if prompt.shape[1] > 1:                                 # prefill all but the last token
         target(prompt[:, :-1], cache=tc)
         draft(prompt[:, :-1], cache=dc)
@@ -56,6 +57,7 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
         accepted = int(agree.sum())                         # the longest prefix the target agrees with
         counts["proposed"] += draft_len
         counts["accepted"] += accepted
+        counts["rounds"].append(accepted)
         ids = torch.cat([ids, proposal[:, :accepted], check[:, accepted:accepted + 1]], dim=1)
         tc.truncate(n + accepted)                           # keep: the old tokens and those accepted
         if accepted == draft_len:                           # the draft never read its last proposal

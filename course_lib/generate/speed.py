@@ -36,3 +36,93 @@ def decode_speed(models: dict[str, DecoderLM], *, prompt_len: int, new_tokens: i
     for r in out.values():
         r["tokens_per_s"] = new_tokens * batch / r["timing"].median
     return out
+
+
+def cache_speed_over(model: DecoderLM, *, prompt_lens: tuple[int, ...], new_tokens: tuple[int, ...],
+                     repeats: int = 5, seed: int = 0) -> dict[int, dict[int, dict]]:
+    """``decode_speed`` of one model at every (prompt length, new tokens) pair:
+    ``{prompt_len: {new_tokens: {"cache": ..., "no cache": ..., "speedup": Estimate}}}``, the
+    speed-up being the cache's over recomputation (paired repeats)."""
+    out: dict[int, dict[int, dict]] = {}
+    for p in prompt_lens:
+        for n in new_tokens:
+            r = decode_speed({"m": model}, prompt_len=p, new_tokens=n, repeats=repeats, seed=seed)
+            out.setdefault(p, {})[n] = {"no cache": r["m, no cache"], "cache": r["m, cache"],
+                                        "speedup": r["m, cache"]["speedup"]}
+    return out
+
+
+def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: list[torch.Tensor], *,
+                      new_tokens: int, draft_lens: dict[str, tuple[int, ...]] | tuple[int, ...],
+                      repeats: int = 2) -> dict:
+    """Speculative decoding against the target's own cached greedy decoding (the fair baseline:
+    both keep a cache), every draft at each of its draft lengths (``draft_lens``: one tuple for
+    all, or one per draft) interleaved with it on each prompt (``bench.compare_over``: a
+    speed-up per prompt, their geometric mean over the prompts; every arm runs once on the
+    first prompt before any timing). Returns ``{"greedy_tokens_per_s": float, draft: {k:
+    {"speedup", "acceptance", "tokens_per_target_pass", "identical"}}}``: acceptance is accepted
+    ÷ proposed draft tokens over all prompts, ``identical`` whether every output equalled the
+    target's greedy one."""
+    from course_lib.generate.speculative import generate_speculative
+    if not prompts:
+        raise ValueError("prompts must hold at least one (1, length) prompt")
+    lens = draft_lens if isinstance(draft_lens, dict) else {d: tuple(draft_lens) for d in drafts}
+    if set(lens) != set(drafts):
+        raise ValueError(f"draft_lens must name every draft ({sorted(drafts)}), got {sorted(lens)}")
+    arms = sorted((d, k) for d in drafts for k in lens[d])
+
+    def make(prompt):
+        fns = {"greedy": functools.partial(generate_cached, target, prompt, new_tokens=new_tokens)}
+        for d, k in arms:
+            fns[f"{d}|{k}"] = functools.partial(generate_speculative, target, drafts[d], prompt,
+                                                new_tokens=new_tokens, draft_len=k)
+        return fns
+    for fn in make(prompts[0]).values():                    # warm-up, once
+        fn()
+    timed = bench.compare_over(prompts, make, warmup=0, repeats=repeats, rotate=True)
+    greedy = [generate_cached(target, p, new_tokens=new_tokens) for p in prompts]
+    out: dict = {"greedy_tokens_per_s": new_tokens / _median(timed["greedy"]["median_s"])}
+    for d, k in arms:
+        proposed = accepted = passes = 0
+        identical = True
+        for prompt, want in zip(prompts, greedy):
+            ids, c = generate_speculative(target, drafts[d], prompt, new_tokens=new_tokens, draft_len=k)
+            identical &= torch.equal(ids, want)
+            proposed, accepted, passes = (proposed + c["proposed"], accepted + c["accepted"],
+                                          passes + c["target_passes"])
+        out.setdefault(d, {})[k] = {"speedup": timed[f"{d}|{k}"]["speedup"],
+                                    "acceptance": accepted / proposed,
+                                    "tokens_per_target_pass": new_tokens * len(prompts) / passes,
+                                    "identical": identical}
+    return out
+
+
+def speed_over_width(widths: tuple[int, ...], variants, *, vocab_size: int, n_layers: int = 2,
+                     prompt_len: int = 32, new_tokens: int = 32, repeats: int = 5,
+                     seed: int = 0) -> dict[int, dict[str, dict]]:
+    """Cached greedy decoding (batch 1) of an untrained decoder of each width (``n_layers``
+    layers, heads of 32, feed-forward 2 × width) in the forms ``variants(model)`` returns
+    (``{name: model}``, FP32 first: the baseline), interleaved: ``{width: {name: {"timing",
+    "speedup", "tokens_per_s"}}}``. Untrained weights time the same as trained ones."""
+    from course_lib.generate.decoder import DecoderConfig
+    out = {}
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab_size, (1, prompt_len), generator=g)
+    for w in widths:
+        torch.manual_seed(seed)
+        model = DecoderLM(DecoderConfig(vocab_size=vocab_size, d_model=w, n_heads=max(1, w // 32),
+                                        n_layers=n_layers, d_ff=2 * w,
+                                        max_len=prompt_len + new_tokens)).eval()
+        forms = variants(model)
+        fns = {name: functools.partial(generate_cached, m, prompt, new_tokens=new_tokens)
+               for name, m in forms.items()}
+        r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
+        for v in r.values():
+            v["tokens_per_s"] = new_tokens / v["timing"].median
+        out[w] = r
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+    return statistics.median(xs)

@@ -31,7 +31,13 @@ INT8_TOLERANCE = ACCURACY_TOLERANCE_POINTS["int8"]
 ORDER_TOLERANCE = ACCURACY_TOLERANCE_POINTS["order"]
 
 ARTICLES = {"000": "Transformer OOM and acceleration strategies (padding, batching, AMP, FP16)",
-            "004": "Optimizing large Transformers: ten techniques"}
+            "004": "Optimizing large Transformers: ten techniques",
+            # Lesson 16 (generation) answers the works learners read on it, quoted as written:
+            "Raschka": "S. Raschka, LLMs-from-scratch, ch04/03_kv-cache/README.md (the KV cache)",
+            "Ainslie": "J. Ainslie et al., GQA: Training Generalized Multi-Query Transformer Models "
+                       "from Multi-Head Checkpoints (EMNLP 2023), abstract",
+            "Leviathan": "Y. Leviathan, M. Kalman, Y. Matias, Fast Inference from Transformers via "
+                         "Speculative Decoding (ICML 2023), abstract"}
 
 
 @dataclass(frozen=True)
@@ -504,6 +510,65 @@ _CLAIMS = [
                         "steps the optimizer whose first steps are largest leads; given enough "
                         "steps every optimizer that can reach the optimum does, and only the "
                         "early part of the curve tells them apart")),
+    Claim("kv_cache_speeds_generation", "Raschka",
+          "a KV cache stores intermediate key (K) and value (V) computations for reuse during "
+          "inference, which results in a substantial speed-up when generating responses",
+          "A KV cache gives a substantial speed-up when generating text.",
+          "16_generation",
+          Rule("tokens/s of greedy decoding with the cache ÷ without it (the whole sequence "
+               "recomputed each step), same model, prompt and tokens, batch 1, interleaved "
+               "repeats; 'substantial': at least 2×", ">=", 2.0, log=True),
+          Condition("an output of", "tokens", over="tokens generated",
+                    why="without the cache step t reads the prompt and all t tokens before it, "
+                        "so the work grows as the square of the output; with it each step reads "
+                        "one position, and a short output spends most of its time in the "
+                        "prefill and each call's fixed cost"),
+          value_format=".2f×"),
+    Claim("gqa_keeps_quality", "Ainslie",
+          "We show that uptrained GQA achieves quality close to multi-head attention with "
+          "comparable speed to MQA.",
+          "Uptrained grouped-query attention reaches quality close to multi-head attention "
+          "(the speed half is measured beside it, not judged).",
+          "16_generation",
+          Rule("test perplexity of the decoder converted to fewer key/value heads and uptrained "
+               "÷ the multi-head decoder uptrained the same steps from the same weights "
+               "(paired over the test reviews; mean over uptraining seeds); 'close': within 2%",
+               "<=", 1.02, log=True),
+          Condition("key/value heads", "", over="key/value heads (of 4 query heads)",
+                    why="fewer key/value heads share each one among more queries: 2 of 4 halve "
+                        "the cache, 1 (multi-query) quarters it, and the less they keep the "
+                        "more uptraining has to repair"),
+          value_format=".3f×"),
+    Claim("speculative_decoding_speeds_generation", "Leviathan",
+          "we demonstrate a 2X-3X acceleration compared to the standard T5X implementation, "
+          "with identical outputs",
+          "Speculative decoding accelerates generation with identical outputs (the identity "
+          "is a test; the speed-up is judged).",
+          "16_generation",
+          Rule("speed of speculative decoding (the stored draft proposes, the target checks) ÷ "
+               "the target's cached greedy decoding, batch 1, same prompts, interleaved; "
+               "judged at 1.25× (a quarter faster), not the paper's 2×, because a model this "
+               "small leaves less to save", ">=", 1.25, log=True),
+          Condition("draft length", "", over="draft length (tokens proposed per round)",
+                    why="each round costs the draft's passes plus one target pass and keeps the "
+                        "accepted tokens: a longer draft saves more target passes while it is "
+                        "right, and wastes more draft passes once it disagrees"),
+          value_format=".2f×"),
+    Claim("quantization_speeds_decoding", "004",
+          "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
+          "我们可以大幅减少计算成本并提高吞吐量",
+          "Converting weights and activations to int8 greatly raises throughput: checked on "
+          "generation, one token at a time.",
+          "16_generation",
+          Rule("tokens/s of cached greedy decoding (batch 1) with PyTorch's dynamic int8 ÷ "
+               "FP32, same untrained decoder of each width, interleaved repeats", ">=", 1.2,
+               log=True),
+          Condition("width", "", over="width (d_model of a 2-layer decoder)",
+                    why="a batch of one reads every weight to do two FLOPs with it: the "
+                        "matrices' bytes grow as width², the per-call costs (quantizing the "
+                        "activations, Python, small kernels) stay; a model whose weights fit "
+                        "in the CPU's caches saves no memory traffic at all"),
+          value_format=".2f×"),
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 

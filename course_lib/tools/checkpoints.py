@@ -4,6 +4,7 @@
     python -m course_lib.tools.checkpoints --check    # verifies the stored checksums
     python -m course_lib.tools.checkpoints --logits   # stores its logits over lesson 06's data
     python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 14)
+    python -m course_lib.tools.checkpoints --decoders # trains lesson 16's decoders (~5 min)
 """
 from __future__ import annotations
 
@@ -27,7 +28,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--logits", action="store_true",
                     help="only (re)write the stored teacher's logits over lesson 06's "
                          "distillation set")
+    ap.add_argument("--decoders", action="store_true",
+                    help="only (re)train lesson 16's decoders (course_lib/generate/weights/)")
     args = ap.parse_args(argv)
+    if args.decoders:
+        from course_lib.generate.stored import WEIGHTS_DIR, save_decoders, train_decoders
+        torch.set_num_threads(min(2, torch.get_num_threads()))   # same threads -> same weights
+        trained = train_decoders(load_corpus())
+        for path in save_decoders(trained, WEIGHTS_DIR if args.dir == DEFAULT_DIR else args.dir):
+            print(f"wrote {path}")
+        for name, (_, info) in trained.items():
+            print(f"{name}: validation perplexity {info['val_perplexity']:.4f}")
+        return
     if args.student:
         torch.set_num_threads(min(2, torch.get_num_threads()))
         corpus = load_corpus()
@@ -46,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {path}")
         return
     if args.check:
+        from course_lib.generate.stored import NAMES, WEIGHTS_DIR
         bad = [name for name in ("baseline", "student") if verify(name, args.dir) is None]
+        bad += [name for name in NAMES if verify(name, WEIGHTS_DIR) is None]
         raise SystemExit(f"{', '.join(bad)} checkpoint missing or checksum mismatch" if bad else 0)
     torch.set_num_threads(min(2, torch.get_num_threads()))  # same threads -> same weights
     model, info = train_baseline(load_corpus())

@@ -19,6 +19,7 @@ rests on.
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
     python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
+    python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~8 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -70,6 +71,11 @@ docstrings (one fold assignment per seed): every sentence tested once, enough to
 the baseline, each technique alone and the stacks, at batch 32 in many interleaved rounds and
 in training on more steps, so that measured / predicted can be told from the band the check
 needs. A timing: it holds for the machine it ran on.
+
+``gqa_uptrain`` uptrains lesson 16's pretrained decoder with 4, 2 and 1 key/value heads from
+several seeds (``generate.stored.gqa_uptrain_evidence``) and scores each on every test review:
+whether grouped- and multi-query attention stay within 2% of multi-head perplexity, with the
+seeds' spread, which the lesson's one stored replicate cannot show.
 """
 from __future__ import annotations
 
@@ -93,7 +99,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = ROOT / "data" / "evidence"
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
             "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
-            "optimizer_race", "int8_topic_task", "ladder_multiply")
+            "optimizer_race", "int8_topic_task", "ladder_multiply", "gqa_uptrain")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -287,6 +293,12 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.quant.int8 import dynamic_variants
         from course_lib.real_model.task import run as run_task
         body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
+        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        print(f"wrote {path}")
+        return
+    elif args.name == "gqa_uptrain":
+        from course_lib.generate.stored import gqa_uptrain_evidence
+        body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir)
         print(f"wrote {path}")
         return

@@ -1,0 +1,118 @@
+"""Lesson 16's figures: decoding speed with and without the cache over the output length,
+speculative decoding over the draft length, low-precision decoding over the width, and one
+speculative run round by round (the widget)."""
+from __future__ import annotations
+
+from course_lib.measure.claims import CLAIMS
+from course_lib.ui.plots import new_figure
+
+__all__ = ["cache_figure", "rounds_figure", "speculative_figure", "width_figure"]
+
+
+def _errors(estimates):
+    return list(zip(*(e.errors for e in estimates)))
+
+
+def _mark(ax, x: float, y: float, bar: float, *, you: str = "your default") -> None:
+    """The learner's point ringed, the claim's bar dotted, and 1× (no change) as a line."""
+    ax.plot([x], [y], "o", ms=14, mfc="none", mec="k", label=you)
+    ax.axhline(bar, color="grey", ls=":", label=f"claim's bar ({bar:g}×)")
+    ax.axhline(1, color="k", lw=0.8)
+
+
+def cache_figure(sweep: dict[int, dict[int, dict]], *, learner: tuple[int, int]):
+    """Left: tokens/s with and without the cache over the tokens generated, one pair of lines
+    per prompt length. Right: the cache's speed-up with its 95% interval and the claim's bar;
+    the learner's default point ringed."""
+    fig, (left, right) = new_figure(2, width=5.2, height=3.6)
+    bar = CLAIMS["kv_cache_speeds_generation"].rule.threshold
+    for i, (p, row) in enumerate(sorted(sweep.items())):
+        ns = sorted(row)
+        color = f"C{i}"
+        left.plot(ns, [row[n]["cache"]["tokens_per_s"] for n in ns], "o-", color=color,
+                  label=f"cache, prompt {p}")
+        left.plot(ns, [row[n]["no cache"]["tokens_per_s"] for n in ns], "s--", color=color,
+                  label=f"no cache, prompt {p}")
+        est = [row[n]["speedup"] for n in ns]
+        right.errorbar(ns, [e.value for e in est], yerr=_errors(est), fmt="o-", color=color,
+                       capsize=3, label=f"prompt {p} tokens")
+    p, n = learner
+    _mark(right, n, sweep[p][n]["speedup"].value, bar)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens generated (batch 1)")
+    left.set_yscale("log")
+    left.set_ylabel("tokens / s (median)")
+    left.set_title("Greedy decoding speed")
+    right.set_ylabel("cache ÷ no cache (speed-up, 95% CI)")
+    right.set_title("What the cache buys")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    return fig
+
+
+def speculative_figure(spec: dict, *, draft_lens: tuple[int, ...], learner: tuple[str, int]):
+    """Left: the share of draft tokens the target accepted over the draft length, per draft.
+    Right: the speed-up over the target's cached greedy decoding, with the claim's bar."""
+    fig, (left, right) = new_figure(2, width=5.2, height=3.6)
+    bar = CLAIMS["speculative_decoding_speeds_generation"].rule.threshold
+    drafts = [d for d in spec if d != "greedy_tokens_per_s"]
+    for i, d in enumerate(drafts):
+        ks = [k for k in draft_lens if k in spec[d]]
+        left.plot(ks, [spec[d][k]["acceptance"] for k in ks], "o-", color=f"C{i}", label=d)
+        est = [spec[d][k]["speedup"] for k in ks]
+        right.errorbar(ks, [e.value for e in est], yerr=_errors(est), fmt="o-", color=f"C{i}",
+                       capsize=3, label=d)
+    d, k = learner
+    _mark(right, k, spec[d][k]["speedup"].value, bar)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(draft_lens), [str(k) for k in draft_lens])
+        ax.set_xlabel("draft length (tokens proposed per round)")
+    left.set_ylim(-0.03, 1.03)
+    left.set_ylabel("draft tokens accepted (share)")
+    left.set_title("How often the target agrees")
+    right.set_ylabel("speed-up over greedy (95% CI)")
+    right.set_title("Speculative ÷ greedy, both cached")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    return fig
+
+
+def width_figure(sweep: dict[int, dict[str, dict]], *, learner: int, judged: str):
+    """Speed-up of each low-precision form over FP32 (cached decoding, batch 1) by width, with
+    the claim's bar; ``judged``: the form the verdict is about (drawn thicker)."""
+    fig, ax = new_figure(1, width=6.4, height=3.8)
+    bar = CLAIMS["quantization_speeds_decoding"].rule.threshold
+    widths = sorted(sweep)
+    names = [n for n in sweep[widths[0]] if n != next(iter(sweep[widths[0]]))]
+    for i, name in enumerate(names):
+        est = [sweep[w][name]["speedup"] for w in widths]
+        ax.errorbar(widths, [e.value for e in est], yerr=_errors(est), fmt="o-", capsize=3,
+                    color=f"C{i}", lw=2.5 if name == judged else 1.2, label=name)
+    _mark(ax, learner, sweep[learner][judged]["speedup"].value, bar, you="the course's width")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(widths, [str(w) for w in widths])
+    ax.set_xlabel("width (d_model of a 2-layer decoder)")
+    ax.set_ylabel("tokens/s ÷ FP32's (95% CI)")
+    ax.set_title("Low precision for decoding one token at a time (CPU)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def rounds_figure(rounds: list[int], *, draft_len: int, title: str = ""):
+    """One speculative run, round by round: the draft tokens the target accepted (of
+    ``draft_len`` proposed) and the one token each round adds from the target itself."""
+    fig, ax = new_figure(1, width=7.0, height=2.8)
+    xs = list(range(1, len(rounds) + 1))
+    ax.bar(xs, rounds, color="C2", label="draft tokens accepted")
+    ax.bar(xs, [draft_len - a for a in rounds], bottom=rounds, color="C3", alpha=0.35,
+           label="draft tokens rejected")
+    ax.bar(xs, [1] * len(rounds), bottom=[draft_len] * len(rounds), color="C0", alpha=0.6,
+           label="the target's own token")
+    ax.set_xlabel("round (one target pass each)")
+    ax.set_ylabel("tokens")
+    ax.set_ylim(0, draft_len + 1.8)
+    ax.set_title(title or "Speculative decoding, round by round")
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
+    return fig
