@@ -116,7 +116,10 @@ def test_the_committed_evidence_is_complete():
                 assert all(s["n"] == e["sentences"] for s in r["scores"].values())
             assert len({r["seed"] for r in e["runs"]}) == len(e["runs"]) >= 1
         elif name == "gqa_uptrain":   # every key/value-head count uptrained from every seed
-            assert len(e["seeds"]) >= 3 and [r["seed"] for r in e["runs"]] == e["seeds"]
+            assert len(e["seeds"]) >= 3 and e["uptrain_steps"] in e["budgets"]
+            assert sorted((r["steps"], r["seed"]) for r in e["runs"]) == sorted(
+                (b, s) for b in e["budgets"] for s in e["seeds"])
+            assert all("draft_ratio" in r for r in e["runs"] if r["steps"] == e["uptrain_steps"])
             for r in e["runs"]:
                 assert set(r["perplexity"]) == {str(kv) for kv in e["kv_heads"]}
                 assert set(r["ratio"]) == {str(kv) for kv in e["kv_heads"] if kv != max(e["kv_heads"])}

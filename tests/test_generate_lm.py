@@ -113,14 +113,19 @@ def test_stored_decoders_verify_and_load():
 
 def test_gqa_sweep_combines_seeds_and_the_shared_test_error():
     from course_lib.generate.stored import gqa_sweep
-    ev = {"kv_heads": [4, 2], "runs": [{"ratio": {"2": {"value": 1.01, "se": 0.001, "dof": 9}}},
-                                       {"ratio": {"2": {"value": 1.03, "se": 0.001, "dof": 9}}}]}
-    r = gqa_sweep(ev)[2]
+    ev = {"kv_heads": [4, 2], "budgets": [10],
+          "converted_only": {"2": {"ratio": {"value": 1.3, "se": 0.002, "dof": 99}}},
+          "runs": [{"steps": 10, "ratio": {"2": {"value": 1.01, "se": 0.001, "dof": 9}}},
+                   {"steps": 10, "ratio": {"2": {"value": 1.03, "se": 0.001, "dof": 9}}}]}
+    sweep = gqa_sweep(ev)
+    assert set(sweep) == {2} and set(sweep[2]) == {0, 10}
+    assert sweep[2][0].value == 1.3 and sweep[2][0].dof == 99      # the conversion alone
+    r = sweep[2][10]
     assert r.value == pytest.approx(math.sqrt(1.01 * 1.03))
     seeds_se = abs(math.log(1.03) - math.log(1.01)) / 2          # sd/sqrt(2) of two values
     test = ((0.001 / 1.01) ** 2 + (0.001 / 1.03) ** 2) / 2
     assert r.se == pytest.approx(r.value * math.sqrt(seeds_se ** 2 + test))
-    assert r.dof == 1 and 4 not in gqa_sweep(ev)
+    assert r.dof == 1
 
 
 def test_cache_memory_grows_as_the_formula_says():
@@ -145,6 +150,7 @@ def test_speed_sweeps_return_every_point():
     prompts = [torch.randint(0, 20, (1, 5)) for _ in range(2)]
     s = speculative_speed(m, {"self": m}, prompts, new_tokens=6, draft_lens=(1, 3), repeats=1)
     assert s["self"][3]["acceptance"] == 1.0 and s["self"][3]["identical"]   # a perfect draft
+    assert s["self"][3]["alpha"] == 1.0 and 0.3 < s["self"][3]["cost_ratio"] < 3   # itself: c near 1
     assert s["self"][1]["tokens_per_target_pass"] > 1
     s = speculative_speed(m, {"a": m, "b": m}, prompts, new_tokens=6, draft_lens={"a": (1, 2), "b": (2,)}, repeats=1)
     assert set(s["a"]) == {1, 2} and set(s["b"]) == {2}
@@ -169,3 +175,38 @@ def test_generate_text_and_speculative_rounds(corpus):
     assert len(counts["rounds"]) == counts["target_passes"] - 1          # one pass per round + prefill
     assert all(0 <= a <= 3 for a in counts["rounds"])
     assert torch.equal(ids, generate_cached(m, prompt, new_tokens=12))
+
+
+def test_acceptance_rate_and_leviathan_formula():
+    from course_lib.generate.speculative import acceptance_rate, predicted_speedup
+    assert acceptance_rate([4, 4], 4) == 1.0                      # never rejected
+    assert acceptance_rate([0, 0], 4) == 0.0
+    assert acceptance_rate([2, 4], 4) == 6 / 7                    # one failure, in the first round
+    assert predicted_speedup(0.0, 4, 0.5) == pytest.approx(1 / 3)  # one token for 4·c + 1 passes
+    assert predicted_speedup(1.0, 4, 0.0) == 5                     # free, perfect draft: k + 1
+    a = 0.8
+    assert predicted_speedup(a, 3, 0.1) == pytest.approx((1 + a + a**2 + a**3) / 1.3)
+    with pytest.raises(ValueError, match="alpha"):
+        predicted_speedup(1.5, 2, 0.1)
+
+
+def test_batch_speed_counts_every_sequence():
+    from course_lib.generate.speed import batch_speed
+    torch.manual_seed(0)
+    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=64)).eval()
+    r = batch_speed(m, batches=(1, 4), prompt_len=4, new_tokens=5, repeats=2)
+    for b in (1, 4):
+        assert r[b]["tokens_per_s"] == pytest.approx(5 * b / r[b]["timing"].median)
+        assert r[b]["per_sequence_tokens_per_s"] == pytest.approx(r[b]["tokens_per_s"] / b)
+    with pytest.raises(ValueError, match="batches"):
+        batch_speed(m, batches=(0,), prompt_len=4, new_tokens=5)
+
+
+def test_pass_cost_times_many_positions_against_one():
+    from course_lib.generate.speed import pass_cost
+    torch.manual_seed(0)
+    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=64)).eval()
+    r = pass_cost(m, torch.randint(0, 20, (1, 8)), positions=5, repeats=4)
+    assert r.value > 0 and r.log                                   # a Ratio, with its interval
+    with pytest.raises(ValueError, match="positions"):
+        pass_cost(m, torch.randint(0, 20, (1, 8)), positions=0)

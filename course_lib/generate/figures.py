@@ -6,7 +6,7 @@ from __future__ import annotations
 from course_lib.measure.claims import CLAIMS
 from course_lib.ui.plots import new_figure
 
-__all__ = ["cache_figure", "rounds_figure", "speculative_figure", "width_figure"]
+__all__ = ["batch_figure", "cache_figure", "gqa_figure", "rounds_figure", "speculative_figure", "width_figure"]
 
 
 def _errors(estimates):
@@ -17,7 +17,7 @@ def _mark(ax, x: float, y: float, bar: float, *, you: str = "your default") -> N
     """The learner's point ringed, the claim's bar dotted, and 1× (no change) as a line."""
     ax.plot([x], [y], "o", ms=14, mfc="none", mec="k", label=you)
     ax.axhline(bar, color="grey", ls=":", label=f"claim's bar ({bar:g}×)")
-    ax.axhline(1, color="k", lw=0.8)
+    ax.axhline(1, color="k", lw=0.8, label="1× (no change)")
 
 
 def cache_figure(sweep: dict[int, dict[int, dict]], *, learner: tuple[int, int]):
@@ -52,30 +52,35 @@ def cache_figure(sweep: dict[int, dict[int, dict]], *, learner: tuple[int, int])
 
 
 def speculative_figure(spec: dict, *, draft_lens: tuple[int, ...], learner: tuple[str, int]):
-    """Left: the share of draft tokens the target accepted over the draft length, per draft.
-    Right: the speed-up over the target's cached greedy decoding, with the claim's bar."""
+    """Left: α, the chance the target accepts each draft token (after accepting the ones
+    before it), over the draft length, per draft. Right: the measured speed-up over the
+    target's cached greedy decoding with its interval, Leviathan et al.'s prediction from the
+    measured α and cost ratio (dashed), and the claim's bar."""
     fig, (left, right) = new_figure(2, width=5.2, height=3.6)
     bar = CLAIMS["speculative_decoding_speeds_generation"].rule.threshold
     drafts = [d for d in spec if d != "greedy_tokens_per_s"]
     for i, d in enumerate(drafts):
         ks = [k for k in draft_lens if k in spec[d]]
-        left.plot(ks, [spec[d][k]["acceptance"] for k in ks], "o-", color=f"C{i}", label=d)
+        left.plot(ks, [spec[d][k]["alpha"] for k in ks], "o-", color=f"C{i}", label=d)
         est = [spec[d][k]["speedup"] for k in ks]
         right.errorbar(ks, [e.value for e in est], yerr=_errors(est), fmt="o-", color=f"C{i}",
-                       capsize=3, label=d)
+                       capsize=3, label=f"{d}, measured")
+        right.plot(ks, [spec[d][k]["predicted"] for k in ks], "--", color=f"C{i}", alpha=0.7,
+                   label=f"{d}, Leviathan's formula")
     d, k = learner
     _mark(right, k, spec[d][k]["speedup"].value, bar)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(draft_lens), [str(k) for k in draft_lens])
-        ax.set_xlabel("draft length (tokens proposed per round)")
+        ax.set_xlabel("draft length k (tokens proposed per round)")
     left.set_ylim(-0.03, 1.03)
-    left.set_ylabel("draft tokens accepted (share)")
+    left.set_ylabel("α: chance each draft token is accepted")
     left.set_title("How often the target agrees")
+    right.set_yscale("log", base=2)
     right.set_ylabel("speed-up over greedy (95% CI)")
     right.set_title("Speculative ÷ greedy, both cached")
     left.legend(fontsize=7)
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, loc="lower left")
     return fig
 
 
@@ -110,9 +115,56 @@ def rounds_figure(rounds: list[int], *, draft_len: int, title: str = ""):
            label="draft tokens rejected")
     ax.bar(xs, [1] * len(rounds), bottom=[draft_len] * len(rounds), color="C0", alpha=0.6,
            label="the target's own token")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round (one target pass each)")
     ax.set_ylabel("tokens")
     ax.set_ylim(0, draft_len + 1.8)
-    ax.set_title(title or "Speculative decoding, round by round")
+    ax.set_title(title or "Speculative decoding, round by round", fontsize=10)
     ax.legend(fontsize=7, ncol=3, loc="upper center")
+    return fig
+
+
+def gqa_figure(sweep: dict[int, dict[int, object]], *, learner: tuple[int, int], draft_ratio=None):
+    """Perplexity of the converted models ÷ multi-head's over the uptraining budget (0: the
+    conversion alone), one line per key/value-head count, with the claim's bar and, for scale,
+    the one-layer draft's ratio to the target."""
+    fig, ax = new_figure(1, width=6.4, height=3.8)
+    bar = CLAIMS["gqa_keeps_quality"].rule.threshold
+    for i, (kv, row) in enumerate(sorted(sweep.items(), reverse=True)):
+        steps = sorted(row)
+        est = [row[s] for s in steps]
+        ax.errorbar(steps, [e.value for e in est], yerr=_errors(est), fmt="o-", capsize=3,
+                    color=f"C{i}", label=f"{kv} key/value head{'s' if kv > 1 else ''} of 4")
+    kv, steps = learner
+    _mark(ax, steps, sweep[kv][steps].value, bar, you="the stored models' recipe")
+    if draft_ratio is not None:
+        ax.axhline(draft_ratio, color="C3", ls="--", lw=1,
+                   label=f"one-layer draft ÷ target ({draft_ratio:.3f}×)")
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xticks(sorted({s for row in sweep.values() for s in row}),
+                  [str(s) for s in sorted({s for row in sweep.values() for s in row})])
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("uptraining steps after the conversion (0: converted only)")
+    ax.set_ylabel("test perplexity ÷ multi-head's (95% CI)")
+    ax.set_title("What uptraining repairs")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def batch_figure(speed: dict[int, dict]):
+    """Tokens/s of cached decoding over the batch: all sequences together, and per sequence."""
+    fig, ax = new_figure(1, width=6.4, height=3.6)
+    bs = sorted(speed)
+    ax.plot(bs, [speed[b]["tokens_per_s"] for b in bs], "o-", label="all sequences together")
+    ax.plot(bs, [speed[b]["per_sequence_tokens_per_s"] for b in bs], "s--", label="each sequence")
+    ax.plot(bs, [speed[bs[0]]["tokens_per_s"] * b / bs[0] for b in bs], ":", color="grey",
+            label="if a batch cost what one sequence costs")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(bs, [str(b) for b in bs])
+    ax.set_xlabel("sequences decoded together (batch)")
+    ax.set_ylabel("tokens / s (median)")
+    ax.set_title("Batching: one pass, many sequences (cached decoding, CPU)")
+    ax.legend(fontsize=7)
     return fig

@@ -65,3 +65,30 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
             counts["draft_passes"] += 1
         dc.truncate(n + accepted)
     return ids[:, :prompt.shape[1] + new_tokens], counts
+
+
+def acceptance_rate(rounds: list[int], draft_len: int) -> float:
+    """Leviathan et al.'s α, estimated from the rounds of a run: the chance that the target
+    accepts a draft token given that it accepted the ones before it. Every accepted token is
+    a success; a round that stopped short of ``draft_len`` adds one failure (tokens after the
+    first rejection were never tested)."""
+    if not rounds:
+        raise ValueError("rounds must hold at least one round")
+    accepted = sum(rounds)
+    failures = sum(1 for a in rounds if a < draft_len)
+    return accepted / (accepted + failures) if accepted + failures else 0.0
+
+
+def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float) -> float:
+    """Leviathan et al.'s expected walltime improvement (their Theorem 3.8):
+    ``(1 − α^(k+1)) / ((1 − α)(k·c + 1))`` for draft length ``k`` and ``c``, the time of a draft
+    pass over the time of a target pass: expected tokens per round over the round's cost in
+    target passes (assuming a target pass over k + 1 positions costs one pass over one)."""
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if not isinstance(draft_len, int) or draft_len < 1:
+        raise ValueError(f"draft_len must be an integer >= 1, got {draft_len!r}")
+    if not cost_ratio >= 0:
+        raise ValueError(f"cost_ratio must be >= 0, got {cost_ratio}")
+    tokens = draft_len + 1 if alpha == 1 else (1 - alpha ** (draft_len + 1)) / (1 - alpha)
+    return tokens / (draft_len * cost_ratio + 1)

@@ -60,10 +60,13 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
     all, or one per draft) interleaved with it on each prompt (``bench.compare_over``: a
     speed-up per prompt, their geometric mean over the prompts; every arm runs once on the
     first prompt before any timing). Returns ``{"greedy_tokens_per_s": float, draft: {k:
-    {"speedup", "acceptance", "tokens_per_target_pass", "identical"}}}``: acceptance is accepted
-    ÷ proposed draft tokens over all prompts, ``identical`` whether every output equalled the
-    target's greedy one."""
-    from course_lib.generate.speculative import generate_speculative
+    {"speedup", "acceptance", "alpha", "cost_ratio", "predicted", "tokens_per_target_pass",
+    "identical"}}}``: acceptance is accepted ÷ proposed draft tokens over all prompts, alpha the
+    per-token acceptance (``speculative.acceptance_rate``), cost_ratio the draft's time per token
+    over the target's (each generating alone, interleaved with the rest), predicted Leviathan et
+    al.'s speed-up from those two, ``identical`` whether every output equalled the target's
+    greedy one."""
+    from course_lib.generate.speculative import acceptance_rate, generate_speculative, predicted_speedup
     if not prompts:
         raise ValueError("prompts must hold at least one (1, length) prompt")
     lens = draft_lens if isinstance(draft_lens, dict) else {d: tuple(draft_lens) for d in drafts}
@@ -73,6 +76,8 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
 
     def make(prompt):
         fns = {"greedy": functools.partial(generate_cached, target, prompt, new_tokens=new_tokens)}
+        for d in sorted(drafts):                             # the draft alone: its cost per pass
+            fns[f"{d}|alone"] = functools.partial(generate_cached, drafts[d], prompt, new_tokens=new_tokens)
         for d, k in arms:
             fns[f"{d}|{k}"] = functools.partial(generate_speculative, target, drafts[d], prompt,
                                                 new_tokens=new_tokens, draft_len=k)
@@ -84,14 +89,19 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
     out: dict = {"greedy_tokens_per_s": new_tokens / _median(timed["greedy"]["median_s"])}
     for d, k in arms:
         proposed = accepted = passes = 0
-        identical = True
+        identical, rounds = True, []
         for prompt, want in zip(prompts, greedy):
             ids, c = generate_speculative(target, drafts[d], prompt, new_tokens=new_tokens, draft_len=k)
             identical &= torch.equal(ids, want)
             proposed, accepted, passes = (proposed + c["proposed"], accepted + c["accepted"],
                                           passes + c["target_passes"])
+            rounds += c["rounds"]
+        cost = 1 / timed[f"{d}|alone"]["speedup"].value      # draft time ÷ target time, per token
+        alpha = acceptance_rate(rounds, k)
         out.setdefault(d, {})[k] = {"speedup": timed[f"{d}|{k}"]["speedup"],
-                                    "acceptance": accepted / proposed,
+                                    "acceptance": accepted / proposed, "alpha": alpha,
+                                    "cost_ratio": cost,
+                                    "predicted": predicted_speedup(alpha, k, cost),
                                     "tokens_per_target_pass": new_tokens * len(prompts) / passes,
                                     "identical": identical}
     return out
@@ -103,7 +113,8 @@ def speed_over_width(widths: tuple[int, ...], variants, *, vocab_size: int, n_la
     """Cached greedy decoding (batch 1) of an untrained decoder of each width (``n_layers``
     layers, heads of 32, feed-forward 2 × width) in the forms ``variants(model)`` returns
     (``{name: model}``, FP32 first: the baseline), interleaved: ``{width: {name: {"timing",
-    "speedup", "tokens_per_s"}}}``. Untrained weights time the same as trained ones."""
+    "speedup", "tokens_per_s"}}}``, the FP32 entry with ``weight_bytes`` (its parameters' bytes).
+    Untrained weights time the same as trained ones."""
     from course_lib.generate.decoder import DecoderConfig
     out = {}
     g = torch.Generator().manual_seed(seed)
@@ -119,6 +130,7 @@ def speed_over_width(widths: tuple[int, ...], variants, *, vocab_size: int, n_la
         r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
         for v in r.values():
             v["tokens_per_s"] = new_tokens / v["timing"].median
+        r[next(iter(r))]["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
         out[w] = r
     return out
 
@@ -126,3 +138,40 @@ def speed_over_width(widths: tuple[int, ...], variants, *, vocab_size: int, n_la
 def _median(xs: list[float]) -> float:
     import statistics
     return statistics.median(xs)
+
+
+def batch_speed(model: DecoderLM, *, batches: tuple[int, ...], prompt_len: int, new_tokens: int,
+                repeats: int = 5, seed: int = 0) -> dict[int, dict]:
+    """Cached greedy decoding of ``batch`` sequences at once, for each batch size, interleaved:
+    ``{batch: {"timing", "tokens_per_s" (all sequences), "per_sequence_tokens_per_s"}}``. The
+    batches do different work, so no speed-up is formed between them: the throughputs are."""
+    if not batches or min(batches) < 1:
+        raise ValueError(f"batches must be batch sizes >= 1, got {batches}")
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, model.cfg.vocab_size, (max(batches), prompt_len), generator=g)
+    fns = {b: functools.partial(generate_cached, model, prompt[:b], new_tokens=new_tokens) for b in batches}
+    r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
+    return {b: {"timing": r[b]["timing"], "tokens_per_s": new_tokens * b / r[b]["timing"].median,
+                "per_sequence_tokens_per_s": new_tokens / r[b]["timing"].median} for b in batches}
+
+
+@torch.inference_mode()
+def pass_cost(model: DecoderLM, prompt: torch.Tensor, *, positions: int, repeats: int = 20):
+    """How many times longer one cached pass over ``positions`` new tokens takes than a pass over
+    one, after ``prompt`` (1, length) is in the cache: what a speculative round's checking pass
+    costs against a plain decoding step (Leviathan et al.'s formula counts both as one pass).
+    A ``Ratio`` from interleaved repeats (paired)."""
+    from course_lib.generate.decoder import KVCache
+    if not isinstance(positions, int) or positions < 1:
+        raise ValueError(f"positions must be an integer >= 1, got {positions!r}")
+    n = prompt.shape[1]
+    cache = KVCache(model.cfg, batch=1, max_len=n + positions)
+    model(prompt, cache=cache)
+    new = torch.randint(0, model.cfg.vocab_size, (1, positions), generator=torch.Generator().manual_seed(0))
+
+    def step(k):
+        cache.truncate(n)                       # forget the last pass's positions
+        return model(new[:, :k], cache=cache)
+    r = bench.compare({"many": functools.partial(step, positions), "one": functools.partial(step, 1)},
+                      warmup=2, repeats=repeats, rotate=True)
+    return r["one"]["speedup"]                  # time(many) ÷ time(one)

@@ -160,33 +160,50 @@ def load_decoders(corpus: Corpus, *, smoke: bool = False, directory: Path = WEIG
 
 
 
+UPTRAIN_BUDGETS = (10, 30, 100)   # uptraining steps the evidence tries (the recipe's is the last)
+
+
 def gqa_uptrain_evidence(corpus: Corpus, *, seeds: tuple[int, ...] = (1, 2, 3),
+                         budgets: tuple[int, ...] = UPTRAIN_BUDGETS,
                          recipe: DecoderRecipe = DecoderRecipe(), log=print) -> dict:
     """The evidence behind lesson 16's GQA verdict: the recipe's pretrained target, then for
-    each uptraining seed (its data order; seed 1 is the stored models') every key/value-head
-    count uptrained the recipe's steps, and scored on every test review: perplexity, and the
-    paired ratio to the multi-head model of the same seed. Also each conversion before any
-    uptraining (what uptraining repairs). One pretrained model: the seeds vary uptraining only."""
+    each uptraining budget and seed (its data order; seed 1 at the recipe's 100 steps is the
+    stored models') every key/value-head count uptrained from the same weights, each budget
+    with its own warm-up and cosine schedule, and scored on every test review: perplexity, and
+    the paired ratio to the multi-head model of the same seed and budget. Also each conversion
+    before any uptraining (budget 0), and the draft's perplexity (a model with a tenth of the
+    parameters: the scale of a difference that matters on this grammar). One pretrained model:
+    the seeds vary uptraining only."""
     base, hist = pretrain(corpus, recipe, progress=False)
     log(f"pretrained in {hist['seconds']:.0f} s")
     converted = {kv: review_nll(to_kv_heads(base, kv), corpus.test) for kv in recipe.kv_heads}
-    body: dict = {"seeds": list(seeds), "kv_heads": list(recipe.kv_heads),
+    torch.manual_seed(recipe.model_seed)
+    draft = DecoderLM(recipe.draft_config(lm_vocab_size(corpus.train)))
+    train_lm(draft, lm_stream(corpus), cfg=recipe.draft_training, progress=False)
+    body: dict = {"seeds": list(seeds), "kv_heads": list(recipe.kv_heads), "budgets": list(budgets),
                   "uptrain_steps": recipe.uptrain.steps, "pretrain_steps": recipe.pretrain.steps,
                   "test_reviews": len(corpus.test),
                   "converted_only": {str(kv): {"perplexity": perplexity(nll),
                                                "ratio": _ratio_dict(perplexity_ratio(nll, converted[recipe.n_heads]))}
                                      for kv, nll in converted.items()},
                   "runs": []}
-    for seed in seeds:
-        nlls = {}
-        for kv in recipe.kv_heads:
-            model, up = uptrain(base, corpus, kv, cfg=replace(recipe.uptrain, seed=seed), progress=False)
-            nlls[kv] = review_nll(model, corpus.test)
-            log(f"seed {seed}, {kv} key/value heads: perplexity {perplexity(nlls[kv]):.4f} "
-                f"({up['seconds']:.0f} s)")
-        body["runs"].append({"seed": seed, "perplexity": {str(kv): perplexity(n) for kv, n in nlls.items()},
-                             "ratio": {str(kv): _ratio_dict(perplexity_ratio(n, nlls[recipe.n_heads]))
-                                       for kv, n in nlls.items() if kv != recipe.n_heads}})
+    for steps in budgets:
+        for seed in seeds:
+            nlls = {}
+            for kv in recipe.kv_heads:
+                cfg = replace(recipe.uptrain, seed=seed, steps=steps)
+                model, up = uptrain(base, corpus, kv, cfg=cfg, progress=False)
+                nlls[kv] = review_nll(model, corpus.test)
+                log(f"{steps} steps, seed {seed}, {kv} key/value heads: perplexity "
+                    f"{perplexity(nlls[kv]):.4f} ({up['seconds']:.0f} s)")
+            row = {"steps": steps, "seed": seed,
+                   "perplexity": {str(kv): perplexity(n) for kv, n in nlls.items()},
+                   "ratio": {str(kv): _ratio_dict(perplexity_ratio(n, nlls[recipe.n_heads]))
+                             for kv, n in nlls.items() if kv != recipe.n_heads}}
+            if steps == recipe.uptrain.steps:
+                row["draft_ratio"] = _ratio_dict(perplexity_ratio(review_nll(draft, corpus.test),
+                                                                  nlls[recipe.n_heads]))
+            body["runs"].append(row)
     return body
 
 
@@ -194,22 +211,27 @@ def _ratio_dict(r) -> dict:
     return {"value": r.value, "se": r.se, "dof": r.dof}
 
 
-def gqa_sweep(evidence: dict) -> dict[int, "Ratio"]:
-    """The verdict's sweep from ``gqa_uptrain_evidence``: per key/value-head count, the geometric
-    mean over seeds of the perplexity ratio to multi-head. Its error adds the seeds' spread
-    (training noise, seeds - 1 degrees of freedom) and the test set's paired error, which every
-    seed shares (the same reviews), so more seeds cannot shrink it."""
+def gqa_sweep(evidence: dict) -> dict[int, dict[int, "Ratio"]]:
+    """The verdict's sweep from ``gqa_uptrain_evidence``: per key/value-head count below
+    multi-head and per uptraining budget (0: the conversion alone), the geometric mean over
+    seeds of the perplexity ratio to multi-head. Its error adds the seeds' spread (training
+    noise, seeds - 1 degrees of freedom) and the test set's paired error, which every seed
+    shares (the same reviews), so more seeds cannot shrink it."""
     import math
 
     from course_lib.measure.verdicts import Ratio, mean_and_se
-    out = {}
+    out: dict[int, dict[int, Ratio]] = {}
+    top = max(evidence["kv_heads"])
     for kv in evidence["kv_heads"]:
-        rows = [r["ratio"][str(kv)] for r in evidence["runs"] if str(kv) in r["ratio"]]
-        if not rows:
+        if kv == top:
             continue
-        logs = mean_and_se([math.log(r["value"]) for r in rows])
-        test = sum((r["se"] / r["value"]) ** 2 for r in rows) / len(rows)
-        seeds_var = logs.se ** 2 if math.isfinite(logs.se) else 0.0
-        value = math.exp(logs.value)
-        out[kv] = Ratio(value, value * math.sqrt(seeds_var + test), max(1, len(rows) - 1))
+        c = evidence["converted_only"][str(kv)]["ratio"]
+        out[kv] = {0: Ratio(c["value"], c["se"], c["dof"])}
+        for steps in evidence["budgets"]:
+            rows = [r["ratio"][str(kv)] for r in evidence["runs"] if r["steps"] == steps]
+            logs = mean_and_se([math.log(r["value"]) for r in rows])
+            test = sum((r["se"] / r["value"]) ** 2 for r in rows) / len(rows)
+            seeds_var = logs.se ** 2 if math.isfinite(logs.se) else 0.0
+            value = math.exp(logs.value)
+            out[kv][steps] = Ratio(value, value * math.sqrt(seeds_var + test), max(1, len(rows) - 1))
     return out

@@ -532,12 +532,14 @@ _CLAIMS = [
           "16_generation",
           Rule("test perplexity of the decoder converted to fewer key/value heads and uptrained "
                "÷ the multi-head decoder uptrained the same steps from the same weights "
-               "(paired over the test reviews; mean over uptraining seeds); 'close': within 2%",
-               "<=", 1.02, log=True),
-          Condition("key/value heads", "", over="key/value heads (of 4 query heads)",
-                    why="fewer key/value heads share each one among more queries: 2 of 4 halve "
-                        "the cache, 1 (multi-query) quarters it, and the less they keep the "
-                        "more uptraining has to repair"),
+               "(paired over the test reviews; mean over uptraining seeds); 'close': within "
+               "0.5%, half the distance between the target and the one-layer draft with a "
+               "tenth of its parameters (1.1% on the validation split, in the stored manifests): the small grammar leaves every model near its "
+               "floor, so a looser bar would pass any model", "<=", 1.005, log=True),
+          Condition("uptraining of", "steps", over="uptraining budget (steps after the conversion)",
+                    why="the conversion averages each group's key/value projections, which loses "
+                        "what the heads held apart; uptraining repairs it, and the fewer "
+                        "key/value heads are kept the more there is to repair"),
           value_format=".3f×"),
     Claim("speculative_decoding_speeds_generation", "Leviathan",
           "we demonstrate a 2X-3X acceleration compared to the standard T5X implementation, "
@@ -545,14 +547,15 @@ _CLAIMS = [
           "Speculative decoding accelerates generation with identical outputs (the identity "
           "is a test; the speed-up is judged).",
           "16_generation",
-          Rule("speed of speculative decoding (the stored draft proposes, the target checks) ÷ "
-               "the target's cached greedy decoding, batch 1, same prompts, interleaved; "
-               "judged at 1.25× (a quarter faster), not the paper's 2×, because a model this "
-               "small leaves less to save", ">=", 1.25, log=True),
+          Rule("speed of speculative decoding (the draft proposes, the target checks) ÷ the "
+               "target's cached greedy decoding, batch 1, same prompts, interleaved; judged at "
+               "the paper's lower figure, 2×", ">=", 2.0, log=True),
           Condition("draft length", "", over="draft length (tokens proposed per round)",
-                    why="each round costs the draft's passes plus one target pass and keeps the "
+                    why="each round costs k draft passes plus one target pass and keeps the "
                         "accepted tokens: a longer draft saves more target passes while it is "
-                        "right, and wastes more draft passes once it disagrees"),
+                        "right, and wastes more draft passes once it disagrees. Two more "
+                        "quantities decide it, measured beside the verdict: how often the draft "
+                        "is right (α) and what a draft pass costs against a target pass (c)"),
           value_format=".2f×"),
     Claim("quantization_speeds_decoding", "004",
           "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"

@@ -1,4 +1,4 @@
-"""Weight-only int8 (issue 47's decoding lesson, in progress): every ``nn.Linear``'s weight
+"""Weight-only int8 (lesson 16, decoding one token at a time): every ``nn.Linear``'s weight
 stored as int8 with one FP32 scale per output row, turned back into floats inside ``forward``;
 the activations stay in floating point. It quarters what a matrix multiply reads from memory,
 which is what decides the speed of generating one token at a time (a batch of one reads every

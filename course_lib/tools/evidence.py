@@ -19,7 +19,7 @@ rests on.
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
     python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
-    python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~8 min
+    python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~15 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -73,9 +73,10 @@ in training on more steps, so that measured / predicted can be told from the ban
 needs. A timing: it holds for the machine it ran on.
 
 ``gqa_uptrain`` uptrains lesson 16's pretrained decoder with 4, 2 and 1 key/value heads from
-several seeds (``generate.stored.gqa_uptrain_evidence``) and scores each on every test review:
-whether grouped- and multi-query attention stay within 2% of multi-head perplexity, with the
-seeds' spread, which the lesson's one stored replicate cannot show.
+several seeds and for several budgets of steps (``generate.stored.gqa_uptrain_evidence``) and
+scores each on every test review: how many steps grouped- and multi-query attention need to
+come close to multi-head perplexity, with the seeds' spread, which the lesson's one stored
+replicate cannot show.
 """
 from __future__ import annotations
 
