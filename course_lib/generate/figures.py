@@ -126,29 +126,37 @@ def rounds_figure(rounds: list[int], *, draft_len: int, title: str = ""):
 
 
 def gqa_figure(sweep: dict[int, dict[int, object]], *, learner: tuple[int, int], draft_ratio=None):
-    """Perplexity of the converted models ÷ multi-head's over the uptraining budget (0: the
-    conversion alone), one line per key/value-head count, with the claim's bar and, for scale,
-    the one-layer draft's ratio to the target."""
-    fig, ax = new_figure(1, width=6.4, height=3.8)
+    """Perplexity of the converted models ÷ multi-head's over the uptraining budget, one line per
+    key/value-head count. Left: every budget, 0 (the conversion alone) included, on a log
+    scale. Right: the uptrained budgets only, linear and close up, with the claim's bar and, for
+    scale, the one-layer draft's ratio to the target."""
+    fig, (left, right) = new_figure(2, width=5.2, height=3.7)
     bar = CLAIMS["gqa_keeps_quality"].rule.threshold
+    budgets = sorted({s for row in sweep.values() for s in row})
     for i, (kv, row) in enumerate(sorted(sweep.items(), reverse=True)):
-        steps = sorted(row)
-        est = [row[s] for s in steps]
-        ax.errorbar(steps, [e.value for e in est], yerr=_errors(est), fmt="o-", capsize=3,
-                    color=f"C{i}", label=f"{kv} key/value head{'s' if kv > 1 else ''} of 4")
+        label = f"{kv} key/value head{'s' if kv > 1 else ''} of 4"
+        for ax, steps in ((left, sorted(row)), (right, [s for s in sorted(row) if s > 0])):
+            est = [row[s] for s in steps]
+            ax.errorbar(steps, [e.value for e in est], yerr=_errors(est), fmt="o-", capsize=3,
+                        color=f"C{i}", label=label)
     kv, steps = learner
-    _mark(ax, steps, sweep[kv][steps].value, bar, you="the stored models' recipe")
+    _mark(right, steps, sweep[kv][steps].value, bar, you="the stored models' recipe")
     if draft_ratio is not None:
-        ax.axhline(draft_ratio, color="C3", ls="--", lw=1,
-                   label=f"one-layer draft ÷ target ({draft_ratio:.3f}×)")
-    ax.set_xscale("symlog", linthresh=10)
-    ax.set_xticks(sorted({s for row in sweep.values() for s in row}),
-                  [str(s) for s in sorted({s for row in sweep.values() for s in row})])
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("uptraining steps after the conversion (0: converted only)")
-    ax.set_ylabel("test perplexity ÷ multi-head's (95% CI)")
-    ax.set_title("What uptraining repairs")
-    ax.legend(fontsize=7)
+        right.axhline(draft_ratio, color="C3", ls="--", lw=1,
+                      label=f"one-layer draft ÷ target ({draft_ratio:.3f}×)")
+    left.set_xscale("symlog", linthresh=10)
+    left.set_xticks(budgets, [str(s) for s in budgets])
+    left.set_ylim(0.95, None)
+    left.set_title("The conversion, then uptraining")
+    up = [s for s in budgets if s > 0]
+    right.set_xscale("log")
+    right.set_xticks(up, [str(s) for s in up])
+    right.set_xlim(min(up) / 1.4, max(up) * 1.4)
+    right.set_title("Close up: uptrained")
+    for ax in (left, right):
+        ax.set_xlabel("uptraining steps (0: converted only)")
+        ax.set_ylabel("test perplexity ÷ multi-head's (95% CI)")
+        ax.legend(fontsize=7)
     return fig
 
 

@@ -140,7 +140,8 @@ def review_nll(model: DecoderLM, dataset: ReviewDataset, *, max_reviews: int | N
             x[r, 1:len(t) + 1] = t                 # EOS, then the review
             y[r, :len(t)] = t
             y[r, len(t)] = eos                     # ... and where it ends
-        nll = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="none",
+        logits = model(x).float()                 # the loss in FP32, whatever the model computes in
+        nll = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none",
                               ignore_index=-100).view(len(rows), width)
         sums.append(nll.sum(1))
         counts.append((y != -100).sum(1))

@@ -40,15 +40,30 @@ def decode_speed(models: dict[str, DecoderLM], *, prompt_len: int, new_tokens: i
 
 def cache_speed_over(model: DecoderLM, *, prompt_lens: tuple[int, ...], new_tokens: tuple[int, ...],
                      repeats: int = 5, seed: int = 0) -> dict[int, dict[int, dict]]:
-    """``decode_speed`` of one model at every (prompt length, new tokens) pair:
-    ``{prompt_len: {new_tokens: {"cache": ..., "no cache": ..., "speedup": Estimate}}}``, the
-    speed-up being the cache's over recomputation (paired repeats)."""
+    """Greedy decoding with and without the cache at every (prompt length, new tokens) pair, all
+    of them interleaved in one loop (``bench.compare``, the order rotated each repeat), so that
+    the machine's drift during the sweep hits every point alike:
+    ``{prompt_len: {new_tokens: {"cache": ..., "no cache": ..., "speedup": Estimate}}}``, each
+    arm with its ``timing`` and ``tokens_per_s``, the speed-up the cache's over recomputation
+    (paired by repeat). Each prompt length draws its own random prompt (``seed``)."""
+    from course_lib.measure.verdicts import speedup
+    if not prompt_lens or not new_tokens:
+        raise ValueError("prompt_lens and new_tokens must each hold at least one length")
+    g = torch.Generator().manual_seed(seed)
+    prompts = {p: torch.randint(0, model.cfg.vocab_size, (1, p), generator=g) for p in prompt_lens}
+    fns = {}
+    for p in prompt_lens:
+        for n in new_tokens:
+            fns[(p, n, "no cache")] = functools.partial(generate_uncached, model, prompts[p], new_tokens=n)
+            fns[(p, n, "cache")] = functools.partial(generate_cached, model, prompts[p], new_tokens=n)
+    r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
     out: dict[int, dict[int, dict]] = {}
     for p in prompt_lens:
         for n in new_tokens:
-            r = decode_speed({"m": model}, prompt_len=p, new_tokens=n, repeats=repeats, seed=seed)
-            out.setdefault(p, {})[n] = {"no cache": r["m, no cache"], "cache": r["m, cache"],
-                                        "speedup": r["m, cache"]["speedup"]}
+            arms = {kind: {"timing": r[(p, n, kind)]["timing"],
+                           "tokens_per_s": n / r[(p, n, kind)]["timing"].median} for kind in ("no cache", "cache")}
+            arms["speedup"] = speedup(arms["no cache"]["timing"].samples, arms["cache"]["timing"].samples)
+            out.setdefault(p, {})[n] = arms
     return out
 
 
