@@ -76,7 +76,6 @@ def speculative_figure(spec: dict, *, draft_lens: tuple[int, ...], learner: tupl
     left.set_ylim(-0.03, 1.03)
     left.set_ylabel("α: chance each draft token is accepted")
     left.set_title("How often the target agrees")
-    right.set_yscale("log", base=2)
     right.set_ylabel("speed-up over greedy (95% CI)")
     right.set_title("Speculative ÷ greedy, both cached")
     left.legend(fontsize=7)
