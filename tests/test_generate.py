@@ -156,3 +156,39 @@ def test_weight_only_int8_stores_int8_rows_and_stays_close_to_fp32():
     assert torch.equal(generate_cached(q, ids[:, :3], new_tokens=5), generate_uncached(q, ids[:, :3], new_tokens=5))
     with pytest.raises(ValueError, match="linear"):
         WeightOnlyInt8Linear(torch.nn.Conv1d(2, 2, 1))
+
+
+def test_speculative_sampling_keeps_the_targets_distribution():
+    """Leviathan et al.'s rule: whatever the draft, each output token follows the target's own
+    distribution. Exact marginals of the first two tokens (the target's softmax, summed over
+    the first token for the second) against 3,000 speculative samples with a draft that
+    disagrees (another random model)."""
+    from course_lib.generate.speculative import generate_speculative
+    torch.manual_seed(0)
+    cfg = DecoderConfig(vocab_size=6, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=32)
+    target = DecoderLM(cfg).eval()
+    torch.manual_seed(1)
+    draft = DecoderLM(cfg).eval()
+    with torch.no_grad():
+        for m in (target, draft):      # sharper distributions, so the two models really differ
+            m.head.weight.mul_(8)
+    prompt = torch.tensor([[1, 4, 2]])
+    with torch.no_grad():
+        p1 = torch.softmax(target(prompt)[0, -1], -1)
+        p2 = sum(p1[x] * torch.softmax(target(torch.cat([prompt, torch.tensor([[x]])], 1))[0, -1], -1)
+                 for x in range(6))
+        q1 = torch.softmax(draft(prompt)[0, -1], -1)
+    assert (p1 - q1).abs().sum() / 2 > 0.2                            # a draft that disagrees
+    g = torch.Generator().manual_seed(0)
+    n, counts1, counts2, accepted = 3000, torch.zeros(6), torch.zeros(6), 0
+    for _ in range(n):
+        ids, c = generate_speculative(target, draft, prompt, new_tokens=2, draft_len=2,
+                                      temperature=1.0, generator=g)
+        counts1[ids[0, 3]] += 1
+        counts2[ids[0, 4]] += 1
+        accepted += c["accepted"]
+    assert (counts1 / n - p1).abs().max() < 0.035, (counts1 / n, p1)
+    assert (counts2 / n - p2).abs().max() < 0.035, (counts2 / n, p2)
+    assert 0 < accepted < n * 2                                        # both paths were taken
+    with pytest.raises(ValueError, match="temperature"):
+        generate_speculative(target, draft, prompt, new_tokens=2, draft_len=2, temperature=0.0)

@@ -1,8 +1,17 @@
-"""Speculative decoding, greedy (Leviathan et al., 2023; Chen et al., 2023): a small draft
-model proposes ``draft_len`` tokens one by one, the target model checks all of them in one
-forward pass, keeps the longest prefix it agrees with and adds its own next token. The output
-is exactly the target's greedy output (the tests check it); what changes is how many target
-passes it takes, which the returned counts say.
+"""Speculative decoding (Leviathan et al., 2023; Chen et al., 2023): a small draft model
+proposes ``draft_len`` tokens one by one, the target model checks all of them in one forward
+pass, keeps the ones it accepts and adds a token of its own.
+
+* Greedy (``temperature=None``): the target accepts the longest prefix it agrees with and adds
+  its own next token: the output is exactly the target's greedy output (the tests check it).
+* Sampling (``temperature=T``): the draft samples token ``x`` from its distribution ``q``; the
+  target keeps it with probability ``min(1, p(x) / q(x))``, and at the first rejection samples
+  its own token from the leftover ``max(0, p − q)``, normalised (after a fully accepted round,
+  from ``p`` of the next position). Every output token then follows the target's own
+  distribution ``p`` exactly, whatever the draft (Leviathan et al., section 2.3; a test checks
+  the frequencies).
+
+What changes is how many target passes it takes, which the returned counts say.
 
 Both models keep a ``KVCache``. The loop's invariant: the caches hold every token but the last,
 which is fed first in the next round, so no pass is ever spent on a token alone."""
@@ -16,7 +25,8 @@ from course_lib.generate.greedy import _check
 
 @torch.inference_mode()
 def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tensor, *,
-                         new_tokens: int, draft_len: int) -> tuple[torch.Tensor, dict]:
+                         new_tokens: int, draft_len: int, temperature: float | None = None,
+                         generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
     """``prompt`` (1, length) followed by ``new_tokens`` tokens, identical to
     ``generate_uncached(target, ...)``, and the counts: draft tokens ``proposed`` and
     ``accepted``, ``target_passes`` and ``draft_passes``, and ``rounds``: the draft tokens each
@@ -27,6 +37,8 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
                          f"number of draft tokens), got batch {prompt.shape[0]}")
     if not isinstance(draft_len, int) or draft_len < 1:
         raise ValueError(f"draft_len must be an integer >= 1, got {draft_len!r}")
+    if temperature is not None and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (or None: greedy), got {temperature!r}")
     if target.cfg.vocab_size != draft.cfg.vocab_size:
         raise ValueError(f"draft's vocab_size ({draft.cfg.vocab_size}) must equal the target's "
                          f"({target.cfg.vocab_size})")
@@ -45,26 +57,50 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
     ids = prompt
     while ids.shape[1] < prompt.shape[1] + new_tokens:
         last, n = ids[:, -1:], ids.shape[1]
-        proposal, nxt = [], last
+        proposal, qs, nxt = [], [], last
         for _ in range(draft_len):                          # the draft, one token at a time
-            nxt = draft(nxt, cache=dc)[:, -1].argmax(-1, keepdim=True)
+            logits = draft(nxt, cache=dc)[:, -1]
+            if temperature is None:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                qs.append(torch.softmax(logits[0].float() / temperature, -1))
+                nxt = torch.multinomial(qs[-1], 1, generator=generator)[None]
             proposal.append(nxt)
             counts["draft_passes"] += 1
         proposal = torch.cat(proposal, dim=1)               # (1, draft_len)
-        check = target(torch.cat([last, proposal], dim=1), cache=tc).argmax(-1)   # (1, draft_len + 1)
+        logits = target(torch.cat([last, proposal], dim=1), cache=tc)[0]   # (draft_len + 1, vocab)
         counts["target_passes"] += 1
-        agree = (proposal[0] == check[0, :-1]).long().cumprod(0)
-        accepted = int(agree.sum())                         # the longest prefix the target agrees with
+        if temperature is None:
+            check = logits.argmax(-1)
+            accepted = int((proposal[0] == check[:-1]).long().cumprod(0).sum())   # longest agreeing prefix
+            own = check[accepted:accepted + 1]
+        else:
+            accepted, own = _accept_sampled(torch.softmax(logits.float() / temperature, -1), qs,
+                                            proposal[0], generator)
         counts["proposed"] += draft_len
         counts["accepted"] += accepted
         counts["rounds"].append(accepted)
-        ids = torch.cat([ids, proposal[:, :accepted], check[:, accepted:accepted + 1]], dim=1)
+        ids = torch.cat([ids, proposal[:, :accepted], own[None]], dim=1)
         tc.truncate(n + accepted)                           # keep: the old tokens and those accepted
         if accepted == draft_len:                           # the draft never read its last proposal
             draft(proposal[:, -1:], cache=dc)
             counts["draft_passes"] += 1
         dc.truncate(n + accepted)
     return ids[:, :prompt.shape[1] + new_tokens], counts
+
+
+def _accept_sampled(p: torch.Tensor, qs: list[torch.Tensor], proposal: torch.Tensor,
+                    generator: torch.Generator | None) -> tuple[int, torch.Tensor]:
+    """Leviathan et al.'s rule for one round: ``p`` (draft_len + 1, vocab) the target's
+    distributions, ``qs`` the draft's, ``proposal`` (draft_len,) its tokens. Returns how many
+    were accepted and the target's own token (1,)."""
+    for i, x in enumerate(proposal.tolist()):
+        keep = min(1.0, float(p[i, x]) / float(qs[i][x]))
+        if float(torch.rand(1, generator=generator)) >= keep:          # rejected: resample
+            leftover = (p[i] - qs[i]).clamp(min=0)
+            dist = leftover / leftover.sum() if float(leftover.sum()) > 0 else p[i]
+            return i, torch.multinomial(dist, 1, generator=generator)
+    return len(qs), torch.multinomial(p[len(qs)], 1, generator=generator)   # all kept: one more
 
 
 def acceptance_rate(rounds: list[int], draft_len: int) -> float:
