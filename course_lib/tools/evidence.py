@@ -19,7 +19,7 @@ rests on.
     python -m course_lib.tools.evidence optimizer_race --seeds 0 1 2 3            # ~35 min
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
     python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
-    python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~15 min
+    python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~8 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
