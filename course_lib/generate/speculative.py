@@ -27,10 +27,12 @@ from course_lib.generate.greedy import _check
 def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tensor, *,
                          new_tokens: int, draft_len: int, temperature: float | None = None,
                          generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
-    """``prompt`` (1, length) followed by ``new_tokens`` tokens, identical to
-    ``generate_uncached(target, ...)``, and the counts: draft tokens ``proposed`` and
-    ``accepted``, ``target_passes`` and ``draft_passes``, and ``rounds``: the draft tokens each
-    round accepted, in order."""
+    """``prompt`` (1, length) followed by ``new_tokens`` tokens and the counts: draft tokens
+    ``proposed`` and ``accepted``, ``target_passes`` and ``draft_passes``, and ``rounds``: the
+    draft tokens each round accepted, in order. Greedy (``temperature=None``): the tokens are
+    identical to ``generate_uncached(target, ...)``. With a ``temperature``: each token follows
+    the target's ``softmax(logits / temperature)`` (the rule of the module's docstring), drawn
+    with ``generator``."""
     _check(target, prompt, new_tokens)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt must hold one sequence (batch 1: each sequence accepts its own "
