@@ -96,8 +96,10 @@ from course_lib.core.device import capabilities
 from course_lib.core.train import TrainConfig, evaluate, train
 from course_lib.distill.students import build_student
 
+from course_lib.tools.saved_runs import data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-EVIDENCE_DIR = ROOT / "data" / "evidence"
+EVIDENCE_DIR = data_dir("evidence")   # data/evidence, or the installed wheel's copy
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
             "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
             "optimizer_race", "int8_topic_task", "ladder_multiply", "gqa_uptrain")

@@ -15,9 +15,19 @@ from pathlib import Path
 from course_lib.measure.results import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS_DIR = ROOT / "data" / "runs"
 
-__all__ = ["RUNS_DIR", "run_name", "save_run", "load_runs", "reference_values", "label"]
+
+def data_dir(name: str) -> Path:
+    """``data/<name>`` of the repository (a clone, an editable install), or, in an installed
+    wheel (Colab's set-up installs one), the copy that ships as package data: ``course_lib/_data``
+    is a link to ``../data``, so the wheel carries the committed evidence and reference runs."""
+    here = ROOT / "data" / name
+    return here if here.is_dir() else Path(__file__).resolve().parents[1] / "_data" / name
+
+
+RUNS_DIR = data_dir("runs")
+
+__all__ = ["RUNS_DIR", "data_dir", "run_name", "save_run", "load_runs", "reference_values", "label"]
 
 
 def run_name(hardware: dict) -> str:
