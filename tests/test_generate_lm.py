@@ -210,3 +210,18 @@ def test_pass_cost_times_many_positions_against_one():
     assert r.value > 0 and r.log                                   # a Ratio, with its interval
     with pytest.raises(ValueError, match="positions"):
         pass_cost(m, torch.randint(0, 20, (1, 8)), positions=0)
+
+
+def test_work_grid_counts_the_positions_each_way():
+    from course_lib.generate.figures import cache_picture, work_grid
+    from course_lib.ui.plots import layout_problems
+    p, n = 5, 4
+    plain, cached = work_grid(p, n, cached=False), work_grid(p, n, cached=True)
+    assert plain.shape == cached.shape == (n, p + n - 1)
+    assert int((plain == 1).sum()) == sum(p + s for s in range(n))     # every step recomputes all
+    assert int((cached == 1).sum()) == p + (n - 1)                     # prefill, then one each
+    assert int((cached == 2).sum()) == sum(p + s - 1 for s in range(1, n))
+    assert ((plain > 0) == (cached > 0)).all()                         # the same positions are seen
+    assert layout_problems(cache_picture(4, 4)) == []
+    with pytest.raises(ValueError, match="prompt_len"):
+        work_grid(0, 3, cached=True)

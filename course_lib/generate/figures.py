@@ -6,7 +6,7 @@ from __future__ import annotations
 from course_lib.measure.claims import CLAIMS
 from course_lib.ui.plots import new_figure
 
-__all__ = ["batch_figure", "cache_figure", "gqa_figure", "rounds_figure", "speculative_figure", "width_figure"]
+__all__ = ["batch_figure", "cache_figure", "cache_picture", "work_grid", "gqa_figure", "rounds_figure", "speculative_figure", "width_figure"]
 
 
 def _errors(estimates):
@@ -174,4 +174,50 @@ def batch_figure(speed: dict[int, dict]):
     ax.set_ylabel("tokens / s (median)")
     ax.set_title("Batching: one pass, many sequences (cached decoding, CPU)")
     ax.legend(fontsize=7)
+    return fig
+
+
+def work_grid(prompt_len: int, new_tokens: int, *, cached: bool):
+    """What each generation step does with each position: 0 nothing (not written yet), 1 its
+    keys and values computed, 2 read from the cache. Rows: the steps (step s writes token s + 1
+    after the prompt); columns: the positions a step can see. Without the cache step s computes
+    all ``prompt_len + s`` positions; with it the first step (the prefill) computes the prompt
+    and every later step computes one position and reads the rest."""
+    import numpy as np
+    if prompt_len < 1 or new_tokens < 1:
+        raise ValueError(f"prompt_len and new_tokens must be >= 1, got {prompt_len}, {new_tokens}")
+    grid = np.zeros((new_tokens, prompt_len + new_tokens - 1), dtype=int)
+    for s in range(new_tokens):
+        seen = prompt_len + s                     # positions the step reads
+        if not cached or s == 0:
+            grid[s, :seen] = 1
+        else:
+            grid[s, :seen - 1], grid[s, seen - 1] = 2, 1
+    return grid
+
+
+def cache_picture(prompt_len: int = 6, new_tokens: int = 6):
+    """The idea of the cache in one picture: per step, the positions whose keys and values are
+    computed (dark) or read from the cache (light), without and with the cache."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+    fig, axes = new_figure(2, width=4.2, height=3.2)
+    cmap = ListedColormap(["white", "#1f4e79", "#9ecae1"])
+    for ax, cached in zip(axes, (False, True)):
+        g = work_grid(prompt_len, new_tokens, cached=cached)
+        ax.imshow(g, cmap=cmap, vmin=0, vmax=2, aspect="auto")
+        ax.set_xticks(range(g.shape[1]), [("p" if i < prompt_len else "t") + str(i + 1 if i < prompt_len else i - prompt_len + 1)
+                                          for i in range(g.shape[1])], fontsize=7)
+        ax.set_yticks(range(new_tokens), [f"writes t{s + 1}" for s in range(new_tokens)], fontsize=7)
+        ax.set_xticks([x - 0.5 for x in range(g.shape[1] + 1)], minor=True)
+        ax.set_yticks([y - 0.5 for y in range(new_tokens + 1)], minor=True)
+        ax.grid(which="minor", color="grey", lw=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set_xlabel("position (p: prompt, t: generated)")
+        ax.set_title(f"{'With' if cached else 'Without'} the cache: {int((g == 1).sum())} positions computed",
+                     fontsize=9)
+    axes[0].set_ylabel("generation step")
+    axes[1].legend(handles=[Patch(color="#1f4e79", label="keys and values computed"),
+                            Patch(color="#9ecae1", label="read from the cache")],
+                   fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
     return fig
