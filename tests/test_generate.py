@@ -192,3 +192,21 @@ def test_speculative_sampling_keeps_the_targets_distribution():
     assert 0 < accepted < n * 2                                        # both paths were taken
     with pytest.raises(ValueError, match="temperature"):
         generate_speculative(target, draft, prompt, new_tokens=2, draft_len=2, temperature=0.0)
+
+
+def test_sampled_next_token_measures_the_distance_to_the_target():
+    from course_lib.generate.speculative import sampled_next_token
+    torch.manual_seed(0)
+    cfg = DecoderConfig(vocab_size=5, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=16)
+    target = DecoderLM(cfg).eval()
+    torch.manual_seed(1)
+    draft = DecoderLM(cfg).eval()
+    r = sampled_next_token(target, draft, torch.tensor([[1, 2]]), samples=400, draft_len=2)
+    assert float(r["frequencies"].sum()) == pytest.approx(1.0)
+    assert r["tv_draft"] == pytest.approx(float((r["draft"] - r["target"]).abs().sum() / 2))
+    p = r["target"]
+    assert r["tv_expected"] == pytest.approx(
+        float(sum(math.sqrt(float(x * (1 - x)) / 400) for x in p)) * math.sqrt(2 / math.pi) / 2)
+    assert r["tv_sampled"] < 4 * r["tv_expected"]                    # the target's distribution
+    same = sampled_next_token(target, target, torch.tensor([[1, 2]]), samples=10, draft_len=2)
+    assert same["tv_draft"] == 0.0

@@ -17,6 +17,8 @@ Both models keep a ``KVCache``. The loop's invariant: the caches hold every toke
 which is fed first in the next round, so no pass is ever spent on a token alone."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from course_lib.generate.decoder import DecoderLM, KVCache
@@ -130,3 +132,32 @@ def predicted_speedup(alpha: float, draft_len: int, cost_ratio: float) -> float:
         raise ValueError(f"cost_ratio must be >= 0, got {cost_ratio}")
     tokens = draft_len + 1 if alpha == 1 else (1 - alpha ** (draft_len + 1)) / (1 - alpha)
     return tokens / (draft_len * cost_ratio + 1)
+
+
+@torch.inference_mode()
+def sampled_next_token(target: DecoderLM, draft: DecoderLM, context: torch.Tensor, *, samples: int,
+                       draft_len: int, temperature: float = 1.0, seed: int = 0,
+                       progress: bool = False) -> dict:
+    """The check that speculative sampling keeps the target's distribution: the next token after
+    ``context`` (1, length) drawn ``samples`` times by ``generate_speculative`` with ``draft``
+    proposing, against the target's and the draft's own probabilities there. Returns ``target``
+    and ``draft`` (probabilities), ``frequencies``, the total variation distances
+    ``tv_sampled`` (frequencies to target) and ``tv_draft`` (draft to target), and
+    ``tv_expected``: what ``samples`` draws from the target itself would show by chance (the
+    normal approximation, ``Σ sqrt(p(1 − p) / n) · sqrt(2 / π) / 2``)."""
+    from course_lib.core.progress import tqdm
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    p = torch.softmax(target(context)[0, -1].float() / temperature, -1)
+    q = torch.softmax(draft(context)[0, -1].float() / temperature, -1)
+    g = torch.Generator().manual_seed(seed)
+    seen = torch.zeros_like(p)
+    for _ in tqdm(range(samples), desc="speculative samples", disable=not progress):
+        ids, _ = generate_speculative(target, draft, context, new_tokens=1, draft_len=draft_len,
+                                      temperature=temperature, generator=g)
+        seen[ids[0, -1]] += 1
+    freq = seen / samples
+    tv = lambda a, b: float((a - b).abs().sum() / 2)   # noqa: E731
+    return {"target": p, "draft": q, "frequencies": freq, "tv_sampled": tv(freq, p),
+            "tv_draft": tv(q, p),
+            "tv_expected": float((p * (1 - p) / samples).sqrt().sum()) * math.sqrt(2 / math.pi) / 2}
