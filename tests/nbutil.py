@@ -85,14 +85,15 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
         assert lo <= r["value"] <= hi, f"{r['name']} = {r['value']} {r['unit']} out of bounds"
         if r["unit"] in ("s", "ms"):
             assert r.get("device"), f"{r['name']}: a time recorded without its device"
-    from course_lib.measure.claims import VERDICT_OUTCOMES, demonstrations_for, for_lesson
+    from course_lib.measure.claims import demonstrations_for, for_lesson
+    from course_lib.measure.judging import VERDICT_WORDS
 
     judged = {v["claim"]: v["outcome"] for v in payload.get("verdicts", [])}
     # a claim the hardware cannot judge (a GPU claim on a CPU) is recorded as not judged here
     judged.update({s["claim"]: "not judged here" for s in payload.get("skipped", []) if "claim" in s})
     missing = [c.id for c in for_lesson(nb_path.stem) if c.id not in judged]
     assert not missing, f"claims of {nb_path.stem} without a verdict: {missing}"
-    assert set(judged.values()) <= {*VERDICT_OUTCOMES, "not judged here"}, judged
+    assert set(judged.values()) <= {*VERDICT_WORDS, "not judged here"}, judged
     shown = {d["demonstration"]: d["ok"] for d in payload.get("demonstrations", [])}
     missing = [d.id for d in demonstrations_for(nb_path.stem) if d.id not in shown]
     assert not missing, f"demonstrations of {nb_path.stem} not shown: {missing}"

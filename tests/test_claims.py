@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.measure.claims import ARTICLES, CLAIMS, judge
+from course_lib.measure.claims import ARTICLES, CLAIMS
+from course_lib.measure.judging import judge
 from course_lib.measure.results import Recorder
 from course_lib.measure.verdicts import (OUTCOMES, Estimate, Rule, accuracy_se, difference_se, mean_and_se,
                                  speedup)
@@ -16,7 +17,7 @@ def _evidence_for(rule: Rule) -> dict[str, tuple[float | None, float]]:
     """(value, se) that must give each outcome under ``rule``, built from its threshold."""
     t, sign = rule.threshold, 1 if rule.direction == ">=" else -1
     step = max(abs(t), 1.0)
-    return {"holds": (t + sign * step, 0.0), "fails": (t - sign * step, 0.0),
+    return {"holds": (t + sign * step, step / 100), "fails": (t - sign * step, step / 100),
             "inconclusive": (t + sign * step, step)}   # the noise straddles the threshold
 
 
@@ -24,8 +25,8 @@ def _evidence_for(rule: Rule) -> dict[str, tuple[float | None, float]]:
 def test_every_rule_can_give_every_outcome(cid):
     for outcome, (value, se) in _evidence_for(CLAIMS[cid].rule).items():
         assert judge(cid, value, se=se, evidence="constructed").outcome == outcome
-    assert judge(cid, None, evidence="not measured").outcome == "inconclusive"
-    assert judge(cid, math.nan, evidence="not measured").outcome == "inconclusive"
+    assert judge(cid, None, se=0.0, evidence="not measured").outcome == "inconclusive"
+    assert judge(cid, math.nan, se=0.0, evidence="not measured").outcome == "inconclusive"
 
 
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
@@ -51,7 +52,7 @@ def test_rule_boundaries_and_errors():
     with pytest.raises(ValueError, match="se must be"):
         r.judge(1.0, -1.0)
     with pytest.raises(ValueError, match="claim_id must be one of"):
-        judge("no_such_claim", 1.0, evidence="")
+        judge("no_such_claim", 1.0, se=0.1, evidence="")
     assert set(OUTCOMES) == {"holds", "fails", "inconclusive"}
 
 
@@ -78,8 +79,8 @@ def test_noise_helpers_match_hand_computations():
 
 def test_recorder_keeps_one_verdict_per_claim_and_only_known_units():
     rec = Recorder("01_padding", smoke=True)
-    rec.verdict(judge("dynamic_padding_faster", 2.0, evidence="first"))
-    v = judge("dynamic_padding_faster", 1.0, evidence="second")
+    rec.verdict(judge("dynamic_padding_faster", 2.0, se=0.01, evidence="first"))
+    v = judge("dynamic_padding_faster", 1.0, se=0.01, evidence="second")
     assert rec.verdict(v) is None                          # a statement: nothing to print
     assert [v["evidence"] for v in rec.payload()["verdicts"]] == ["second"]
     assert rec.payload()["verdicts"][0]["outcome"] == "fails"
@@ -104,7 +105,10 @@ def test_paired_accuracy_change_matches_a_hand_count():
     var = sum((x - 0.1) ** 2 for x in d) / 9
     assert diff == pytest.approx(10.0) and se == pytest.approx(100 * math.sqrt(var / 10))
     assert dof == 9                                                       # 10 paired items
-    assert paired_accuracy_change([1, 0, 1], [1, 0, 1])[:2] == (0.0, 0.0)   # identical: no noise
+    same = paired_accuracy_change([1, 0, 1] * 100, [1, 0, 1] * 100)   # identical on 300 examples
+    assert same.value == 0.0 and same.half_width == pytest.approx(100 * 3 / 300)   # rule of three
+    one = paired_accuracy_change([1], [1])                   # one example decides nothing
+    assert Rule("change", ">=", -1.0).judge(*one) == "inconclusive"
     with pytest.raises(ValueError, match="equally long"):
         paired_accuracy_change([1], [1, 0])
 
@@ -137,69 +141,17 @@ def test_difference_call_reaches_gain_loss_and_noise():
     assert difference_call(Estimate(3.0, float("inf"), 1.0)) == "within the noise"
 
 
-def _sweepable():
-    return sorted(cid for cid, c in CLAIMS.items() if c.condition is not None)
-
-
-def test_a_sweep_says_where_the_claim_holds_and_marks_the_learners_point():
-    from course_lib.measure.claims import Condition, judge_over
-    cid = "params_drive_memory"
-    assert CLAIMS[cid].condition == Condition("width", "", CLAIMS[cid].condition.why)
-    # exact counts (plain numbers) over width, in two series: ratio >= 1 holds
-    v = judge_over(cid, {"32 × 512 tokens": {64: 0.01, 128: 0.02, 1024: 0.9, 4096: 3.0},
-                         "8 × 64 tokens": {64: 0.5, 128: 1.5, 1024: 40.0, 4096: 600.0}},
-                   learner=("32 × 512 tokens", 128), evidence="constructed")
-    assert v.outcome == "depends" and v.value == 0.02 and v.learner.outcome == "fails"
-    assert v.regions() == [("32 × 512 tokens", "fails", 64.0, 1024.0),
-                           ("32 × 512 tokens", "holds", 4096.0, 4096.0),
-                           ("8 × 64 tokens", "fails", 64.0, 64.0),
-                           ("8 × 64 tokens", "holds", 128.0, 4096.0)]
-    text = v.sentence()
-    assert "32 × 512 tokens: fails from width 64 to 1,024, holds at width 4,096" in text
-    assert "8 × 64 tokens: fails at width 64, holds from width 128 to 4,096" in text
-    assert text.endswith("(your point, width 128, 32 × 512 tokens: 0.02, fails)")
-    ev = judge_over(cid, {64: 0.5, 128: 1.5}, learner=128, evidence="c", source="data/evidence/x.json")
-    assert ev.sentence().endswith("(the evidence at your point, width 128: 1.5, holds)")   # not this run's value
-    d = v.as_dict()
-    assert d["sentence"] == text and len(d["points"]) == 8 and d["learner"]["at"] == 128
-    assert "Verdict over width" in v.markdown() and "What decides it" in v.markdown()
-    # the same sweep can come out the same everywhere: then that is the outcome
-    assert judge_over(cid, {64: 2.0, 128: 3.0}, learner=64, evidence="c").outcome == "holds"
-    assert judge_over(cid, {64: 0.2, 128: 0.3}, learner=64, evidence="c").outcome == "fails"
-    noisy = judge_over(cid, {64: Estimate(1.1, 0.5, 2.0), 128: None}, learner=128, evidence="c")
-    assert noisy.outcome == "inconclusive" and "not measured" in noisy.sentence()
-    assert noisy.sentence().startswith("is inconclusive at width 64 and 128")
-
-
-def test_a_sweep_refuses_what_it_cannot_judge():
-    from course_lib.measure.claims import judge_over
-    with pytest.raises(ValueError, match="learner must be a point of the sweep"):
-        judge_over("params_drive_memory", {64: 1.0, 128: 2.0}, learner=256, evidence="c")
-    with pytest.raises(ValueError, match="at least two points"):
-        judge_over("params_drive_memory", {64: 1.0}, learner=64, evidence="c")
-    one_point = next(cid for cid, c in CLAIMS.items() if c.condition is None)
-    with pytest.raises(ValueError, match="no condition"):
-        judge_over(one_point, {1: 1.0, 2: 2.0}, learner=1, evidence="c")
-
-
-@pytest.mark.parametrize("cid", _sweepable())
-def test_every_sweepable_rule_can_come_out_either_way_over_its_sweep(cid):
-    """A swept claim's rule reaches holds and fails from numbers a sweep can produce: the
-    sweep, not the set-up, decides (values built from the threshold, as above)."""
-    from course_lib.measure.claims import judge_over
-    ev = _evidence_for(CLAIMS[cid].rule)
-    v = judge_over(cid, {1: ev["fails"][0], 2: ev["holds"][0]}, learner=1, evidence="c")
-    assert [p.outcome for p in v.points] == ["fails", "holds"] and v.outcome == "depends"
-
-
 def test_demonstrations_are_apart_from_claims_and_show_their_check():
-    from course_lib.measure.claims import DEMONSTRATIONS, show
+    from course_lib.measure.claims import DEMONSTRATIONS
+    from course_lib.measure.judging import show
+    from course_lib.ui.verdicts import demonstration_markdown
     assert not set(DEMONSTRATIONS) & set(CLAIMS)
     for d in DEMONSTRATIONS.values():
         assert d.check and (ROOT / "notebooks" / f"{d.lesson}.ipynb").exists()
     ok = show("float_layouts", ok=True, numbers="3 of 3")
-    assert "Shown exactly" in ok.markdown() and "3 of 3" in ok.markdown()
-    assert "bug" in show("float_layouts", ok=False, numbers="2 of 3").markdown()
+    assert "Shown exactly" in demonstration_markdown(ok) and "3 of 3" in demonstration_markdown(ok)
+    assert "bug" in demonstration_markdown(show("float_layouts", ok=False, numbers="2 of 3"))
+    assert "**Formula:**" in demonstration_markdown(show("pruning_shrinks_model", ok=True, numbers="x"))
     with pytest.raises(ValueError, match="demo_id must be one of"):
         show("no_such_fact", ok=True, numbers="")
     rec = Recorder("03_floating_point", smoke=True)
@@ -231,7 +183,7 @@ def test_a_ratio_is_judged_and_printed_on_the_log_scale():
 
 
 def test_nearest_point_of_a_sweep():
-    from course_lib.measure.claims import nearest
+    from course_lib.measure.judging import nearest
     assert nearest([4, 16, 64], 20) == 16 and nearest({4: "a", 64: "b"}, 40) == 64
     assert nearest([2, 6], 4) == 2   # a tie goes to the smaller point
     with pytest.raises(ValueError, match="points"):

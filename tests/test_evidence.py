@@ -18,9 +18,14 @@ def test_a_tiny_teacher_and_student_run_store_their_curves_command_and_hardware(
     runs = body["runs"]
     assert [r["seed"] for r in runs] == [0, 1] and all(len(r["val_curve"]) == 2 for r in runs)
     assert runs[0]["val_curve"][-1]["step"] == runs[0]["steps"]        # a point per epoch, to the end
-    path = ev.write_evidence("teacher_convergence", body, command="python -m x", directory=tmp_path)
+    path = ev.write_evidence("teacher_convergence", body, command="python -m x", directory=tmp_path,
+                             seconds=12.34)
     stored = json.loads(path.read_text())
     assert stored["command"] == "python -m x" and stored["hardware"]["device"] == "cpu"
+    import subprocess, torch
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert stored["torch"] == torch.__version__ and stored["seconds"] == 12.3
+    assert stored["commit"].split("+")[0] == (head or "unknown")
     row, = ev.summary(ev.load_evidence("teacher_convergence", directory=tmp_path))
     accs = [r["test_accuracy"] for r in runs]
     assert row["model"] == "teacher" and row["spread"] == pytest.approx(max(accs) - min(accs))
@@ -45,7 +50,18 @@ def test_the_committed_evidence_is_complete():
             pytest.skip(f"{name} not committed yet")
         e = ev.load_evidence(name)
         assert e["command"].startswith("python -m course_lib.tools.evidence " + name)
-        assert e["hardware"] and e[{"ddp_speed": "times", "ladder_multiply": "points"}.get(name, "runs")]
+        assert e["hardware"] and e[{"ddp_speed": "times", "ladder_multiply": "points",
+                                    "int8_throughput": "rounds",
+                                    "sparse_over_length": "rounds"}.get(name, "runs")]
+        if name in ("int8_throughput", "sparse_over_length"):   # whole sweeps, every point each
+            assert len(e["rounds"]) >= 5 and e["commit"] and e["torch"] and e["seconds"] > 0
+            r = e["recipe"]
+            if name == "int8_throughput":
+                want = len(r["widths"]) * len(r["batches"]) * len(r["formats"])
+                assert all(len(rows) == want for rows in e["rounds"])
+            else:
+                assert all(sorted(map(int, x)) == r["lengths"] for rd in e["rounds"] for x in rd.values())
+            continue
         if name == "ddp_speed":   # every configuration at every batch, once per round
             r = e["recipe"]
             assert sorted(map(int, e["times"])) == r["batches"] and r["cores"] >= r["nproc"]

@@ -126,3 +126,31 @@ def test_regression_total_models_width_and_keeps_the_noise():
     assert few.value == pytest.approx(1.5 * 300) and math.isinf(few.se)
     with pytest.raises(ValueError, match="one value each"):
         regression_total([1.0], [1, 2], epoch)
+
+
+def test_regression_ratio_recovers_the_epochs_ratio_and_its_noise():
+    """An epoch's speed-up from one fit of sampled steps (lesson 02's pool sweep): exact without
+    noise; with noise, its standard error matches the spread over repeated samples."""
+    import random
+    import statistics
+
+    from course_lib.measure.verdicts import Ratio, regression_ratio, regression_total
+
+    def cost(w):
+        return 1e-3 + 2e-5 * w + 1e-8 * w * w
+
+    rng = random.Random(0)
+    slow, fast = [rng.randint(300, 512) for _ in range(100)], [rng.randint(20, 200) for _ in range(100)]
+    x = [rng.randint(20, 512) for _ in range(16)]
+    exact = regression_ratio([cost(w) for w in x], x, slow, fast)
+    assert isinstance(exact, Ratio) and exact.se < 1e-9
+    assert exact.value == pytest.approx(sum(map(cost, slow)) / sum(map(cost, fast)))
+    draws = []
+    for _ in range(300):
+        t = [cost(w) * (1 + rng.gauss(0, 0.05)) for w in x]
+        draws.append(regression_ratio(t, x, slow, fast))
+        assert draws[-1].value == pytest.approx(regression_total(t, x, slow).value
+                                                / regression_total(t, x, fast).value)
+    spread = statistics.stdev(d.value for d in draws)
+    assert 0.9 < statistics.fmean(d.se for d in draws) / spread < 1.8   # HC3: errs wide, not narrow
+    assert regression_ratio([1.0, 2.0], [10, 20], slow, fast).se == math.inf   # too few to fit

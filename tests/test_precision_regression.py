@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_lib.precision import regression as pr
-from course_lib.measure.claims import judge
+from course_lib.measure.judging import judge
 from course_lib.core.data import CorpusConfig, load_corpus
 
 

@@ -33,7 +33,9 @@ def test_compare_to_is_the_paired_change_by_hand():
     worse = compare_to(ref, _scored([True] * 60 + [False] * 40), RULE)
     assert worse["change"] == pytest.approx(-30.0) and worse["outcome"] == "fails"
     same = compare_to(ref, ref, RULE)
-    assert same["change"] == 0 and same["se"] == 0 and same["outcome"] == "holds"
+    # no review changed: the rule of three bounds the change at ±3 points on 100 reviews
+    assert same["change"] == 0 and same["se"] == pytest.approx(3 / t_quantile(0.975, 99))
+    assert same["outcome"] == "inconclusive"    # ±3 reaches past the -1 point bar
     with pytest.raises(ValueError, match="labels"):
         Scored(torch.zeros(3, 2), torch.zeros(4, dtype=torch.long))
 

@@ -159,11 +159,13 @@ def test_relative_out_puts_results_where_the_summary_reads_them(tmp_path, monkey
 
 
 def test_report_opens_with_the_claims_table():
-    from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS, judge, judge_over, show
+    from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
+    from course_lib.measure.judging import judge, judge_over, show
+    from course_lib.measure.verdicts import Ratio
 
-    v = judge("dynamic_padding_faster", 1.0, evidence="ran 3 batches (cpu)")
-    swept = judge_over("params_drive_memory", {64: 0.5, 4096: 3.0}, learner=64,
-                       evidence="exact counts")
+    v = judge("dynamic_padding_faster", 1.0, se=0.01, evidence="ran 3 batches (cpu)")
+    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+                       learner=64, evidence="timed")
     results = {"01_padding": {"notebook": "01_padding", "smoke": False,
                               "hardware": {"device": "cpu", "device_name": "FakeCPU"},
                               "results": [], "verdicts": [v.as_dict(), swept.as_dict()],
@@ -176,9 +178,9 @@ def test_report_opens_with_the_claims_table():
     row = claims[claims.index(CLAIMS["dynamic_padding_faster"].original):]
     row = row[:row.index("</tr>")]
     assert "ran 3 batches" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
-    row = claims[claims.index(CLAIMS["params_drive_memory"].original):]
+    row = claims[claims.index(CLAIMS["uniform_length_faster"].original):]
     row = row[:row.index("</tr>")]
-    assert "<b>depends</b>" in row and "fails at width 64, holds at width 4,096" in row
+    assert "<b>holds from</b>" in row and "Holds from a pool of 4,096 reviews; your point" in row
     assert claims.count("<b>not run</b>") == len(CLAIMS) - 2
     demos = page[page.index("<h2>Demonstrations"):page.index("Hardware (this machine)")]
     assert demos.count("<tr>") == len(DEMONSTRATIONS) + 1 and "at most 3e-07" in demos
@@ -203,7 +205,8 @@ def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
 
 
 def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
-    from course_lib.measure.claims import CLAIMS, judge
+    from course_lib.measure.claims import CLAIMS
+    from course_lib.measure.judging import judge
     from course_lib.measure.verdicts import t_quantile
 
     v = judge("quantization_raises_throughput", 1.5, se=0.1, dof=4, evidence="int8 at 1.5x (cpu)")

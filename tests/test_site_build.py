@@ -3,7 +3,9 @@ notebook as the site shows it, the reference-run table and the claims page."""
 import json
 
 from course_lib.tools import site
-from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS, judge_over
+from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
+from course_lib.measure.judging import judge_over
+from course_lib.measure.verdicts import Ratio
 from course_lib.tools.colab import BADGE_TAG, SETUP_TAG
 from course_lib.tools.site import ROOT, WIDGET_VIEW
 
@@ -49,11 +51,26 @@ def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
     page = site.claims_page(results, runs)
     assert page.count("<tr><td>") == len(CLAIMS) + len(DEMONSTRATIONS)   # demonstrations apart
     assert page.index("<h2>Demonstrations") > page.index(CLAIMS[next(reversed(CLAIMS))].original)
-    assert f"| `{next(iter(CLAIMS))}` | holds |" in page
-    swept = judge_over("params_drive_memory", {64: 0.5, 4096: 3.0}, learner=64, evidence="e")
+    assert f"| `{next(iter(CLAIMS))}` | Holds: " in page
+    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+                       learner=64, evidence="e")
     runs = {"R1": {"hardware": {}, "lessons": {"00_x": {"verdicts": [swept.as_dict()]}}}}
-    assert "| `params_drive_memory` | fails at width 64, holds at width 4,096 (your point" in \
+    assert "| `uniform_length_faster` | Holds from a pool of 4,096 reviews; your point" in \
         site.claims_page(results, runs)
+
+
+def test_claims_page_draws_a_map_per_swept_claim_with_reference_runs_faint(tmp_path):
+    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+                       learner=64, evidence="e")
+    results = {"02_x": {"verdicts": [swept.as_dict()]}}
+    runs = {"R1": {"hardware": {}, "lessons": results},
+            "old": {"hardware": {}, "lessons": {"00_x": {"verdicts": [
+                {"claim": "params_drive_memory", "outcome": "depends", "points": []}]}}}}
+    maps = site.write_maps(results, runs, tmp_path / "maps")
+    assert maps == {"uniform_length_faster": "maps/uniform_length_faster.png"}
+    assert (tmp_path / "maps" / "uniform_length_faster.png").stat().st_size > 1000
+    page = site.claims_page(results, runs, maps)
+    assert "![The verdict map of uniform_length_faster](maps/uniform_length_faster.png)" in page
 
 
 def test_home_page_says_when_it_was_built_from_a_smoke_run():

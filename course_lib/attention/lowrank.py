@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["pooling", "lowrank_attention", "relative_error", "effective_rank",
-           "attention_flops", "sharpness_sweep", "pooled_attention", "accuracy_over_pooling", "tradeoff_figure"]
+           "attention_flops", "sharpness_sweep", "pooled_attention", "accuracy_over_pooling",
+           "tradeoff_figure", "time_over_length"]
 
 
 def pooling(length: int, rank: int, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -52,6 +53,28 @@ def lowrank_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e: torc
     e, f = e.to(k.device, k.dtype), f.to(v.device, v.dtype)
     k_low, v_low = e @ k, f @ v                                  # (..., rank, d)
     return F.scaled_dot_product_attention(q, k_low, v_low)       # scores (..., L, rank)
+
+
+def time_over_length(lengths, *, rank: int, batch: int, heads: int, head_dim: int,
+                     repeats: int, device: torch.device | str = "cpu", seed: int = 0) -> dict:
+    """``{L: low-rank time ÷ dense SDPA's}`` at a fixed ``rank``, the way Linformer states its
+    claim (linear in L for a fixed k): at each length both run on the same random inputs in one
+    interleaved, rotated loop (``bench.compare``), the ratio a ``Ratio`` of the paired repeats."""
+    from course_lib.attention.sdpa import sdpa_attention
+    from course_lib.measure import bench
+    from course_lib.measure.verdicts import speedup
+
+    if any(L < rank for L in lengths):
+        raise ValueError(f"every length must be >= rank={rank}, got {list(lengths)}")
+    out, g = {}, torch.Generator().manual_seed(seed)
+    for L in lengths:
+        q, k, v = (torch.randn(batch, heads, L, head_dim, generator=g).to(device) for _ in range(3))
+        p = pooling(L, rank).to(device)
+        res = bench.compare({"dense SDPA": bench.forward_call(lambda: sdpa_attention(q, k, v)),
+                             "low rank": bench.forward_call(lambda: lowrank_attention(q, k, v, p, p))},
+                            warmup=1, repeats=repeats, device=device, rotate=True)
+        out[L] = speedup(res["low rank"]["timing"].samples, res["dense SDPA"]["timing"].samples)
+    return out
 
 
 def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:

@@ -30,7 +30,8 @@ from course_lib.attention.sdpa import (flex_plan, sdpa_attention, sliding_window
 from course_lib.measure import bench
 from course_lib.measure.verdicts import Estimate, speedup
 
-__all__ = ["FlexWindow", "sparse_sweep", "ratio_to_dense", "slope", "sparse_figure"]
+__all__ = ["FlexWindow", "sparse_sweep", "ratio_to_dense", "slope", "sparse_figure", "evidence",
+           "from_evidence"]
 
 DENSE = "sdpa"
 SKIP = "flex, block mask"
@@ -132,20 +133,14 @@ def slope(result: dict, kernel: str) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def _log_interval(e: Estimate) -> tuple[float, float]:
-    from course_lib.measure.verdicts import Ratio
-    return Ratio(e.value, e.se, e.dof).interval
-
-
-def sparse_figure(result: dict, verdict, *, device: str, dtype: str, threshold: float = 0.5):
-    """Left: median time of every kernel over length (log-log). Right: the skipping kernel's
-    time ÷ dense SDPA's with its 95% interval, coloured by its outcome, the claim's bar and the
-    learner's length (``verdict``: ``judge_over`` of ``ratio_to_dense(result, kernel)``)."""
+def sparse_figure(result: dict, *, device: str):
+    """Median time of every kernel over length (log-log), from ``sparse_sweep``; the verdict's
+    own map (``ui.verdicts``) shows the skipping kernel's ratio to dense SDPA."""
     from matplotlib.ticker import NullLocator
 
     from course_lib.ui.plots import new_figure
 
-    fig, (ax, ax2) = new_figure(2, width=5.2, height=3.9)
+    fig, ax = new_figure(width=6.4, height=3.9)
     lengths = result["lengths"]
     for name in next(iter(result["rows"].values())):
         ys = [result["rows"][L][name]["timing"].median * 1e3 for L in lengths]
@@ -153,29 +148,44 @@ def sparse_figure(result: dict, verdict, *, device: str, dtype: str, threshold: 
                   lw=2.2 if name in (DENSE, SKIP) else 1.2, label=name)
     ax.set_xlabel("sequence length L (tokens)")
     ax.set_ylabel(f"median time, forward (ms, {device})")
-    ax.set_title(f"Window ±{result['window']}, tiles of {result['block_size']}", fontsize=10)
+    ax.set_title(f"Window ±{result['window']}, tiles of {result['block_size']}: this run",
+                 fontsize=10)
+    ax.set_xticks(lengths, [f"{L:,}" for L in lengths])
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.legend(frameon=False, fontsize=7)
-    pts = verdict.points
-    color = {"holds": "#55A868", "fails": "#C44E52", "inconclusive": "#8C8C8C"}
-    ratios = {p.at: Estimate(p.value, p.se, p.dof) for p in pts}
-    for p in pts:
-        lo, hi = _log_interval(ratios[p.at])
-        ax2.errorbar([p.at], [p.value], yerr=[[p.value - lo], [hi - p.value]], fmt="o",
-                     color=color.get(p.outcome, "k"), capsize=3, label=None)
-    ax2.plot([pt.at for pt in pts], [pt.value for pt in pts], "-", color="#4C72B0", lw=1)
-    ax2.axhline(threshold, ls="--", color="k", lw=1)
-    ax2.axhline(1.0, ls=":", color="#8C8C8C", lw=1)
-    ax2.annotate(f"claim: ≤ {threshold:g}", (lengths[0], threshold), textcoords="offset points",
-                 xytext=(2, -12), fontsize=8)
-    mine = verdict.learner
-    ax2.plot([mine.at], [mine.value], "s", ms=12, mfc="none", mec="k", label="your default")
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("sequence length L (tokens)")
-    for a in (ax, ax2):                                   # ticks at the measured lengths
-        a.set_xticks(lengths, [f"{L:,}" for L in lengths])
-        a.xaxis.set_minor_locator(NullLocator())
-    ax2.set_ylabel("time ÷ dense SDPA's (×)")
-    ax2.set_title(f"{SKIP} against dense SDPA ({device}, {dtype})", fontsize=10)
-    ax2.legend(frameon=False, fontsize=8, loc="upper right")
     return fig
+
+
+def evidence(lengths: list[int], *, rounds: int, window: int, block_size: int = 128,
+             repeats: int = 5, log=print, **shape) -> dict:
+    """The evidence lesson 11's sparse verdict rests on: ``rounds`` whole sweeps
+    (``sparse_sweep``), one after another, each kernel's time ÷ dense SDPA's per round, so that
+    a load that comes and goes between runs of the lesson shows in the spread over rounds."""
+    if rounds < 2:
+        raise ValueError(f"rounds must be >= 2 (a spread needs two), got {rounds}")
+    out = {"recipe": {"lengths": list(lengths), "window": window, "block_size": block_size,
+                      "repeats": repeats, "threads": torch.get_num_threads(), **{
+                          k: str(v) for k, v in shape.items()}}, "rounds": []}
+    for i in range(rounds):
+        res = sparse_sweep(lengths, window=window, block_size=block_size, repeats=repeats,
+                           progress=False, **shape)
+        kernels = [k for k in res["rows"][lengths[0]] if k != DENSE]
+        out["flex"] = res["flex"]
+        out["rounds"].append({k: {str(L): e.value for L, e in ratio_to_dense(res, k).items()}
+                              for k in kernels})
+        log(f"round {i + 1}/{rounds}: " + "; ".join(
+            f"{k}: " + ", ".join(f"{L} {x:.2f}x" for L, x in r.items())
+            for k, r in out["rounds"][-1].items()))
+    return out
+
+
+def from_evidence(ev: dict, kernel: str) -> dict[int, Estimate]:
+    """``{length: kernel's time ÷ dense SDPA's}``, the geometric mean over the evidence's
+    rounds (``verdicts.across_rounds``: the spread between runs is the error)."""
+    from course_lib.measure.verdicts import across_rounds
+
+    rounds = [{int(L): x for L, x in r[kernel].items()} for r in ev["rounds"] if kernel in r]
+    if not rounds:
+        raise ValueError(f"kernel must be one the evidence timed, got {kernel!r}; it has "
+                         f"{sorted(ev['rounds'][0])}")
+    return dict(sorted(across_rounds(rounds).items()))

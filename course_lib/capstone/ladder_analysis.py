@@ -256,7 +256,7 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
     stacked (the distilled student is another model), against the baseline, paired over the test
     reviews (both score the same reviews, so only those on
     which they disagree carry noise)."""
-    from course_lib.measure.claims import judge
+    from course_lib.measure.judging import judge
     from course_lib.measure.verdicts import paired_accuracy_change
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
@@ -300,6 +300,8 @@ def accuracy_change(base: dict, point: dict) -> Estimate | None:
     a, b = base.get("test_correct"), point.get("test_correct")
     if a is None or b is None:
         return None
+    if point.get("key", point) == base.get("key", base):   # the baseline against itself: no change
+        return Estimate(0.0, 0.0, float(max(1, len(a) - 1)))
     return paired_accuracy_change(list(a), list(b))
 
 

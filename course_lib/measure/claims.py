@@ -1,20 +1,19 @@
-"""The claims the course checks: what the two source articles say, and how a lesson judges it.
+"""The claims the course checks: what the source articles say, as data.
 
 Article ``000`` (why Transformers run out of memory; padding, batching, AMP, float formats) and
 ``004`` (ten optimization techniques) are the texts learners often arrive with. Each claim keeps
-the original sentence, an English rendering, the lesson that checks it and the rule
-(``course_lib.measure.verdicts.Rule``) its verdict follows. The lesson measures, calls ``judge`` and
-records the verdict (``Recorder.verdict``); ``make report`` opens with the table of them all.
+the original sentence, an English rendering, the lesson that checks it, the rule
+(``course_lib.measure.verdicts.Rule``) its verdict follows and the condition that decides it.
+A statement that follows from arithmetic (a count, a calculator, a FLOP formula) or is exact is
+a ``Demonstration``, shown with its formula and never judged. The lesson measures, calls
+``measure.judging.judge_over`` and records the verdict (``Recorder.verdict``); ``ui.verdicts``
+draws its map and sentence; ``make report`` opens with the table of them all.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from typing import NamedTuple
-
-from course_lib.measure.verdicts import OUTCOMES, Estimate, Ratio, Rule
+from course_lib.measure.verdicts import Rule
 
 # The most test accuracy (points) a technique may cost and still count as "keeping" accuracy.
 # One table: the lessons' claims and lesson 14's ladder rungs use the same bounds.
@@ -50,17 +49,8 @@ class Condition:
     over: str = ""        # the condition as a heading ("Verdict over pool size"); default: name
 
     def at(self, x: float) -> str:
-        return f"{self.name} {x:,g}" + (f" {self.unit}" if self.unit else "")
-
-    def points(self, xs: list[float]) -> str:
-        """Sweep points in words: "at width 64", "at width 64 and 128", "from width 64 to 1,024"
-        (three or more consecutive points of the sweep)."""
-        unit = f" {self.unit}" if self.unit else ""
-        if len(xs) == 1:
-            return f"at {self.at(xs[0])}"
-        if len(xs) == 2:
-            return f"at {self.name} {xs[0]:,g} and {xs[1]:,g}{unit}"
-        return f"from {self.name} {xs[0]:,g} to {xs[-1]:,g}{unit}"
+        return f"{self.name} {x:,g}" + ("%" if self.unit == "%" else f" {self.unit}" if self.unit
+                                        else "")
 
 
 @dataclass(frozen=True)
@@ -74,6 +64,9 @@ class Claim:
     condition: Condition | None = None   # what decides it (swept by ``judge_over``); None: a
                                          # claim the lesson still judges at one point
     value_format: str = ".3g"            # how its values print (``Estimate`` format spec)
+    exact_measurement: str = ""          # why a verdict of exact values (se 0) is still a
+                                         # measurement that could come out otherwise; empty: an
+                                         # all-exact sweep is arithmetic and is refused
 
 
 @dataclass(frozen=True)
@@ -88,125 +81,10 @@ class Demonstration:
     lesson: str
     check: str            # the exact check, in words
     shows: str            # what the check shows about the statement: true, false, or true when...
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A demonstration as a lesson ran it: whether its exact check came out, and the numbers."""
-
-    demonstration: str
-    ok: bool
-    numbers: str
-
-    def as_dict(self) -> dict:
-        return {"demonstration": self.demonstration, "ok": self.ok, "numbers": self.numbers}
-
-    def markdown(self) -> str:
-        d = DEMONSTRATIONS[self.demonstration]
-        result = ("**Shown exactly.**" if self.ok else
-                  "**The check did not come out: that is a bug in the course, please report it.**")
-        return (f"**Demonstration** ({d.article}): “{d.original}” — {d.english}  \n"
-                f"**Check:** {d.check}  \n**Numbers:** {self.numbers}  \n{result} "
-                + (f"**What it shows:** {d.shows}" if self.ok else ""))
-
-
-class Point(NamedTuple):
-    """One point of a sweep: the condition's value, the measurement there, its outcome."""
-
-    at: float
-    value: float | None
-    se: float
-    dof: float
-    outcome: str
-    series: str = ""      # a second, fixed condition the sweep was run at ("at 512 tokens")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    claim: str
-    outcome: str          # "holds", "fails", "inconclusive", or over a sweep "depends"
-    value: float | None   # at the learner's point (the whole verdict's for a one-point claim)
-    se: float
-    evidence: str         # the measurement in words, with the hardware it ran on
-    dof: float = math.inf  # degrees of freedom behind se (inf: a large-sample normal interval)
-    points: tuple[Point, ...] = ()   # the sweep over the claim's condition (``judge_over``)
-    learner: Point | None = None     # the learner's default point among them
-    source: str = "live"  # what it rests on: "live" (this run) or a committed evidence file
-
-    def as_dict(self) -> dict:
-        d = {"claim": self.claim, "outcome": self.outcome, "value": self.value,
-             "se": self.se, "dof": None if math.isinf(self.dof) else self.dof,
-             "evidence": self.evidence, "source": self.source}
-        if self.points:
-            d["points"] = [_point_dict(p) for p in self.points]
-            d["learner"] = _point_dict(self.learner)
-            d["sentence"] = self.sentence()
-        return d
-
-    def regions(self) -> list[tuple[str, str, float, float]]:
-        """(series, outcome, first, last) for each run of consecutive sweep points with one
-        outcome, in the order of the condition."""
-        out: list[tuple[str, str, float, float]] = []
-        for series in dict.fromkeys(p.series for p in self.points):
-            for p in sorted((p for p in self.points if p.series == series), key=lambda p: p.at):
-                if out and out[-1][0] == series and out[-1][1] == p.outcome:
-                    out[-1] = (series, p.outcome, out[-1][2], p.at)
-                else:
-                    out.append((series, p.outcome, p.at, p.at))
-        return out
-
-    def sentence(self) -> str:
-        """Where the claim holds, fails or stays inconclusive over the sweep, with the learner's
-        point marked: "fails at width 64 and 128, holds from width 256 to 1,024 (your point,
-        width 128: 1.05 ± 0.03, fails)"; where the verdict rests on committed evidence, "the
-        evidence at your point" (its value there, not this run's). A one-point verdict is its
-        outcome."""
-        if not self.points:
-            return self.outcome
-        c = CLAIMS[self.claim]
-        cond, parts, by_series = c.condition, [], {}
-        verb = {"holds": "holds", "fails": "fails", "inconclusive": "is inconclusive"}
-        for series, outcome, lo, hi in self.regions():
-            xs = sorted(p.at for p in self.points if p.series == series and lo <= p.at <= hi)
-            by_series.setdefault(series, []).append(f"{verb[outcome]} {cond.points(xs)}")
-        for series, regions in by_series.items():
-            parts.append((f"{series}: " if series else "") + ", ".join(regions))
-        p = self.learner
-        est = (Ratio if c.rule.log else Estimate)(p.value, p.se, p.dof) if p.value is not None else None
-        shown = format(est, c.value_format) if est is not None else "not measured"
-        where = cond.at(p.at) + (f", {p.series}" if p.series else "")
-        whose = "your point" if self.source == "live" else "the evidence at your point"
-        return "; ".join(parts) + f" ({whose}, {where}: {shown}, {p.outcome})"
-
-    def markdown(self) -> str:
-        c = CLAIMS[self.claim]
-        verdict = (f"**Verdict: {self.outcome}.**" if not self.points else
-                   f"**Verdict over {c.condition.over or c.condition.name}:** {self.sentence()}.")
-        where = "" if self.source == "live" else f"  \n**Rests on:** `{self.source}`"
-        why = f"  \n**What decides it:** {c.condition.why}" if self.points and c.condition.why else ""
-        measured = [p for p in self.points if p.value is not None]
-        exact = (all(p.se == 0 for p in measured) if self.points
-                 else self.se == 0) and (bool(measured) or self.value is not None)
-        return (f"**Claim** ({c.article}): “{c.original}” — {c.english}  \n"
-                f"**Evidence:** {self.evidence}{where}  \n"
-                f"**Rule:** {c.rule.text(exact=exact)}.{why}  \n{verdict}")
-
-
-def _point_dict(p: Point) -> dict:
-    return {"at": p.at, "series": p.series, "value": p.value, "se": p.se,
-            "dof": None if math.isinf(p.dof) else p.dof, "outcome": p.outcome}
+    formula: str = ""     # the arithmetic it follows from, when it is a count or a calculator
 
 
 _CLAIMS = [
-    Claim("params_drive_memory", "000",
-          "參數數量龐大：Transformer模型通常包含大量的參數……這些參數需要大量的內存來存儲權重和梯度。",
-          "The many parameters are why Transformers run out of memory (weights and gradients).",
-          "00_welcome",
-          Rule("parameter memory (FP32 weights, gradients, AdamW state) ÷ the activations "
-               "training stores, for the teacher's shape (4 layers, SDPA) at each width", ">=", 1.0),
-          Condition("width", why="parameter state grows as width², the stored activations as "
-                                 "width × batch × length: which is larger depends on the width "
-                                 "and on the inputs, not on being a Transformer")),
     Claim("activations_grow_with_length", "000",
           "自注意力機制……導致計算復雜度和內存需求隨著輸入長度的增加而顯著增加。"
           "激活和中間狀態存儲……增加了額外的內存負擔。",
@@ -221,20 +99,10 @@ _CLAIMS = [
                                             "the L² term wins once L is large against the width. "
                                             "A fused kernel (SDPA) keeps no L² scores, only the "
                                             "ALiBi bias, one heads × L² tensor shared by the batch"),
-          value_format=".2f"),
-    Claim("activations_dominate_training_memory", "000",
-          "激活和中間狀態存儲：在訓練過程中，需要存儲前向傳播中的中間激活狀態……這增加了額外的內存負擔。",
-          "Training must store the forward pass's activations for backward, an extra memory "
-          "burden: the burden that makes training run out of memory.",
-          "09_memory",
-          Rule("activations ÷ the peak of a training step (weights, gradients, AdamW state and "
-               "activations; memory.anatomy's counts, checked against autograd and the measured "
-               "peak) for the teacher's depth at each length, width and batch", ">=", 0.5),
-          Condition("length", "tokens",
-                    why="the activations grow with batch × length × width (and heads × L² for "
-                        "the ALiBi bias), the parameter state with width² and not with length: "
-                        "short inputs on a wide model leave the parameters in charge",
-                    over="length (series: width)")),
+          value_format=".2f",
+          exact_measurement="the bytes are what autograd saves for backward, counted by hooks on a "
+                            "real forward pass of each attention: a kernel that stored the scores "
+                            "(or did not) would change them, so the count could come out otherwise"),
     Claim("fixed_pad_snippet_keeps_tokens", "000",
           "通過這種固定長度填充和相應的處理方法，可以使得基于Transformer的模型能夠有效地處理不同長度的"
           "序列數據。",
@@ -296,18 +164,6 @@ _CLAIMS = [
                         "in FP32; only as the batch grows do the matmuls, the part 16 bits speeds "
                         "up, take over the step"),
           value_format=".2f×"),
-    Claim("fp16_saves_memory", "000",
-          "所以Fp16可以提高內存節省",
-          "FP16 saves memory.",
-          "04_mixed_precision",
-          Rule("training memory (FP32 parameter state + stored activations) of the teacher under "
-               "FP16 autocast ÷ in FP32, counted exactly", "<=", 0.8),
-          Condition("batch size",
-                    why="autocast keeps the FP32 parameter state and adds a 16-bit copy of each "
-                        "weight it casts, whatever the batch; it stores most activations in 16 "
-                        "bits, and they grow with the batch: small batches save little, large ones "
-                        "approach the activations' own ratio"),
-          value_format=".2f"),
     Claim("fp16_bad_for_regression", "000",
           "對于回歸這種需要精確數值的任務Fp16的表現并不好。",
           "FP16 does badly on regression, which needs precise values.",
@@ -334,19 +190,6 @@ _CLAIMS = [
                         "short fine-tune only reports the budget",
                     over="fine-tune budget (steps of batch 32 after the cut)"),
           value_format=".2f"),
-    Claim("pruning_shrinks_model", "004",
-          "去除冗余的参数和连接，可以大幅减小模型大小",
-          "Pruning redundant weights greatly shrinks the model.",
-          "05_pruning",
-          Rule("bytes of the pruned model, stored as it can be (structured: the smaller dense "
-               "model's checkpoint; unstructured: CSR values and indices) ÷ the dense model's",
-               "<=", 0.8),
-          Condition("weights removed", "%",
-                    why="a removed neuron takes its bytes with it, a zero stored densely keeps "
-                        "them, and a sparse format pays an index per value: what is removed, and "
-                        "how it is stored, decides the size",
-                    over="share of the weights removed (%)"),
-          value_format=".2f×"),
     Claim("pruning_cuts_compute", "004",
           "去除冗余的参数和连接，可以大幅减小……计算复杂度",
           "Pruning redundant weights greatly cuts the computation.",
@@ -479,14 +322,15 @@ _CLAIMS = [
           "优化注意力机制的计算，如使用……分解注意力……可以大幅减少计算复杂度并降低内存消耗。",
           "Factorized (low-rank) attention greatly reduces the computation of attention.",
           "11_sparse_attention",
-          Rule("time of low-rank attention (keys and values pooled to L / factor rows, "
-               "Linformer-style) ÷ dense SDPA's time, same inputs at 4,096 tokens, interleaved",
-               "<=", 0.5, log=True),
-          Condition("pooling factor", over="pooling factor",
-                    why="the rank r = L / factor sets the work, about 8·L·r·d FLOPs (scores, "
-                        "weighted values and the dense r × L projections of K and V, as Linformer "
-                        "computes them) against dense attention's 4·L²·d, while the softmax and "
-                        "each call's fixed cost stay: a small factor saves little")),
+          Rule("time of low-rank attention (keys and values pooled to a fixed rank r, "
+               "Linformer-style) ÷ dense SDPA's time, same inputs, interleaved", "<=", 0.5,
+               log=True),
+          Condition("length", "tokens", over="length (tokens), at a fixed rank r",
+                    why="Linformer keeps the rank k fixed as the sequence grows: the work falls "
+                        "from dense attention's 4·L²·d FLOPs to about 8·L·r·d (scores, weighted "
+                        "values and the r × L projections of K and V), while the softmax and each "
+                        "call's fixed cost stay: at short lengths, a few times r, nothing is "
+                        "saved; whether and from where it pays is measured, not counted")),
     Claim("optimizations_keep_accuracy", "004",
           "优化通常不会显著降低模型精度，甚至可能会通过减少过拟合来提高精度。",
           "Optimization usually does not significantly lower accuracy, and may even raise it.",
@@ -581,6 +425,58 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
 # Facts the course shows exactly: each is a demonstration, listed apart from the verdicts.
 _DEMONSTRATIONS = [
+    Demonstration("params_drive_memory", "000",
+                  "參數數量龐大：Transformer模型通常包含大量的參數……這些參數需要大量的內存來存儲權重和梯度。",
+                  "The many parameters are why Transformers run out of memory (weights and gradients).",
+                  "00_welcome",
+                  "parameter state (FP32 weights, gradients, AdamW's two moments) against the "
+                  "activations training stores, for the teacher's shape at widths 64 to 8,192, on "
+                  "typical and on the longest reviews; the calculator's activations at the "
+                  "teacher's own width equal a direct count of what autograd saves",
+                  "true only from the width where the parameter state overtakes the activations, "
+                  "and that width grows with the inputs: small models on long inputs are driven by "
+                  "their activations",
+                  formula="parameter state = 16 bytes × P, P ≈ 12 · layers · width² (+ the "
+                          "embeddings); stored activations = (a + b · width) · batch + c, the "
+                          "constants counted at widths 64 and 128"),
+    Demonstration("fp16_saves_memory", "000",
+                  "所以Fp16可以提高內存節省",
+                  "FP16 saves memory.",
+                  "04_mixed_precision",
+                  "training memory (FP32 parameter state + stored activations) of the teacher "
+                  "under FP16 autocast ÷ in FP32, counted exactly at each batch; the ratio falls "
+                  "as the batch grows, as the formula says",
+                  "true only from the batch where the 16-bit activations save more than "
+                  "autocast's 16-bit weight copies add: the parameter state stays FP32",
+                  formula="FP32: 16·P + A(batch); FP16 autocast: 16·P + 2·P_cast + A₁₆(batch), "
+                          "with A₁₆ about half of A for the tensors autocast stores in 16 bits; "
+                          "the ratio tends to A₁₆ / A as the batch grows"),
+    Demonstration("pruning_shrinks_model", "004",
+                  "去除冗余的参数和连接，可以大幅减小模型大小",
+                  "Pruning redundant weights greatly shrinks the model.",
+                  "05_pruning",
+                  "bytes of the pruned model stored as it can be: removed structure (a smaller "
+                  "dense model's parameters) or CSR (values plus int64 column indices and row "
+                  "pointers, torch's default; int32 beside it), against the dense FP32 bytes; "
+                  "torch's CSR tensors hold exactly the formula's bytes",
+                  "removing structure shrinks the model in proportion to what is removed; CSR "
+                  "shrinks it only past a sparsity of 2/3 with int64 indices (1/2 with int32)",
+                  formula="dense: 4·n bytes; CSR: 4·nnz values + 8·nnz column indices + "
+                          "8·(rows + 1) row pointers (int32: 4 + 4), so CSR < dense once nnz/n < "
+                          "1/3 (int64) or 1/2 (int32)"),
+    Demonstration("activations_dominate_training_memory", "000",
+                  "激活和中間狀態存儲：在訓練過程中，需要存儲前向傳播中的中間激活狀態……這增加了額外的內存負擔。",
+                  "Training must store the forward pass's activations for backward, an extra "
+                  "memory burden: the burden that makes training run out of memory.",
+                  "09_memory",
+                  "the activations' share of a training step's peak from the calculator "
+                  "(memory.anatomy) at each length, width and batch; the lesson checks the "
+                  "calculator against measured peaks of real steps",
+                  "true for long inputs and narrow models; short inputs on a wide model leave the "
+                  "parameter state (weights, gradients, AdamW state) in charge",
+                  formula="peak ≈ 16 bytes × P (weights, gradients, AdamW) + activations(batch, "
+                          "length, width); the activations grow as batch × length × width (plus "
+                          "heads × L² for the ALiBi bias), P as width² and not with length"),
     Demonstration("fixed_size_inputs", "000",
                   "許多機器學習模型（尤其是基于Transformer的模型）需要輸入數據具有固定的尺寸",
                   "Transformers need inputs of one fixed size.",
@@ -645,75 +541,6 @@ _DEMONSTRATIONS = [
                   "more (53, 24, 11), because the leading 1 is implicit"),
 ]
 DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
-
-
-def judge(claim_id: str, value: float | None, *, se: float = 0.0, dof: float = math.inf,
-          evidence: str) -> Verdict:
-    """The verdict of ``claim_id`` for a measured ``value`` (standard error ``se`` from evidence
-    with ``dof`` degrees of freedom: ``verdicts.Estimate`` carries all three)."""
-    if claim_id not in CLAIMS:
-        raise ValueError(f"claim_id must be one of {sorted(CLAIMS)}, got {claim_id!r}")
-    outcome = CLAIMS[claim_id].rule.judge(value, se, dof)
-    return Verdict(claim_id, outcome, None if value is None else float(value), float(se),
-                   evidence, float(dof))
-
-
-VERDICT_OUTCOMES = (*OUTCOMES, "depends")   # "depends": holds somewhere on the sweep, not everywhere
-
-
-def judge_over(claim_id: str, sweep: Mapping, *, learner: float | tuple[str, float],
-               evidence: str, source: str = "live") -> Verdict:
-    """The verdict of ``claim_id`` over a sweep of its condition (``Claim.condition``).
-
-    ``sweep`` maps each value of the condition to its measurement (an ``Estimate``, a plain
-    number for an exact count, or None where it could not be measured), or maps series names
-    (a second condition held fixed, such as "at 512 tokens") to such mappings. ``learner`` is
-    the lesson's default point (``(series, value)`` with series), which must be in the sweep.
-    The outcome is the points' common outcome, or "depends" when they differ; ``sentence()``
-    says where each holds."""
-    if claim_id not in CLAIMS:
-        raise ValueError(f"claim_id must be one of {sorted(CLAIMS)}, got {claim_id!r}")
-    claim = CLAIMS[claim_id]
-    if claim.condition is None:
-        raise ValueError(f"claim {claim_id!r} has no condition to sweep: use judge()")
-    series_map = (sweep if sweep and all(isinstance(v, Mapping) for v in sweep.values())
-                  else {"": sweep})
-    points = []
-    for series, values in series_map.items():
-        for at, m in values.items():
-            e = m if isinstance(m, Estimate) else Estimate(m, 0.0) if m is not None else None
-            value, se, dof = (None, 0.0, math.inf) if e is None else (float(e.value), float(e.se), float(e.dof))
-            points.append(Point(float(at), value, se, dof, claim.rule.judge(value, se, dof), series))
-    if len(points) < 2:
-        raise ValueError(f"sweep must hold at least two points of {claim.condition.name}, "
-                         f"got {len(points)}")
-    series, at = learner if isinstance(learner, tuple) else ("", learner)
-    mine = next((p for p in points if p.series == series and p.at == float(at)), None)
-    if mine is None:
-        raise ValueError(f"learner must be a point of the sweep, got {learner!r}; the sweep has "
-                         f"{sorted({(p.series, p.at) for p in points})}")
-    outcomes = {p.outcome for p in points}
-    outcome = outcomes.pop() if len(outcomes) == 1 else "depends"
-    return Verdict(claim_id, outcome, mine.value, mine.se, evidence, mine.dof, tuple(points),
-                   mine, source)
-
-
-def nearest(points, x: float) -> float:
-    """The point of a sweep nearest to ``x`` (``points``: the condition's values, or a mapping
-    keyed by them): where the learner's own setting sits in a sweep measured elsewhere, such as
-    committed evidence. A tie goes to the smaller point."""
-    xs = sorted(points)
-    if not xs:
-        raise ValueError("points must hold at least one point of the sweep")
-    return min(xs, key=lambda p: abs(p - x))
-
-
-def show(demo_id: str, *, ok: bool, numbers: str) -> Shown:
-    """A demonstration as it came out here: ``ok``, its exact check's result; ``numbers``, what
-    was compared, in words."""
-    if demo_id not in DEMONSTRATIONS:
-        raise ValueError(f"demo_id must be one of {sorted(DEMONSTRATIONS)}, got {demo_id!r}")
-    return Shown(demo_id, bool(ok), numbers)
 
 
 def for_lesson(stem: str) -> list[Claim]:

@@ -23,7 +23,7 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 OUTCOMES = ("holds", "fails", "inconclusive")
@@ -183,6 +183,15 @@ class Rule:
                 f"other")
 
 
+def exact(value: float) -> Estimate:
+    """An exact value (a count, a deterministic measurement: standard error 0), said
+    explicitly: ``judging.judge_over`` refuses plain numbers, so noise is never dropped silently."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"an exact value must be finite, got {value}")
+    return Estimate(value, 0.0)
+
+
 def accuracy_se(accuracy: float, n: int) -> float:
     """Binomial standard error of an accuracy measured on ``n`` examples."""
     if n < 1:
@@ -209,6 +218,42 @@ def mean_and_se(values: list[float]) -> Estimate:
                     float(len(values) - 1))
 
 
+def _quadratic_fit(times: Sequence[float], x: Sequence[float]):
+    """Least squares of time on (1, x, x²), columns scaled to about 1: (beta, covariance,
+    scale, dof)."""
+    import torch
+
+    n = len(times)
+    X = torch.tensor([[1.0, v, v * v] for v in x], dtype=torch.float64)
+    y = torch.tensor(list(times), dtype=torch.float64)
+    scale = torch.diag(1 / X.abs().amax(0).clamp_min(1e-300))   # conditioning: columns to ~1
+    Xs = X @ scale
+    beta = torch.linalg.lstsq(Xs, y.unsqueeze(1)).solution.squeeze(1)
+    resid = y - Xs @ beta
+    # The sandwich (HC3) covariance: timing noise grows with the step's cost (a wide batch
+    # varies by more milliseconds than a narrow one), which the plain s²(X'X)⁻¹ assumes away
+    # and which would leave a wide epoch's total too sure of itself. HC3 errs wide with few
+    # samples (about 1.2-1.5 times the true spread at 16 samples), never narrow.
+    bread = torch.linalg.pinv(Xs.T @ Xs)
+    leverage = ((Xs @ bread) * Xs).sum(1).clamp(max=1 - 1e-9)
+    meat = Xs.T @ (Xs * (resid / (1 - leverage)).pow(2).unsqueeze(1))
+    return beta, bread @ meat @ bread, scale, float(n - 3)
+
+
+def _design_sum(population: Sequence[float], scale):
+    import torch
+
+    return torch.tensor([[1.0, v, v * v] for v in population], dtype=torch.float64).sum(0) @ scale
+
+
+def _check_fit_inputs(times, x, *populations) -> bool:
+    """Whether a quadratic can be fitted (at least 4 samples at 3 distinct x)."""
+    if len(times) != len(x) or not times or not all(populations):
+        raise ValueError("times and x must have one value each per sample, and populations "
+                         "must not be empty")
+    return len(times) >= 4 and len(set(x)) >= 3
+
+
 def regression_total(times: Sequence[float], x: Sequence[float], population: Sequence[float]
                      ) -> Estimate:
     """The total of a quantity over ``population`` (say, every batch width of an epoch) from a
@@ -216,27 +261,33 @@ def regression_total(times: Sequence[float], x: Sequence[float], population: Seq
     training step's cost grows with the batch width, its attention with the width's square),
     summed over the population. Its standard error comes from the fit's residuals, the timing
     noise around the width model, not from the widths the sample covers by design
-    (``g' s² (X'X)⁻¹ g`` with ``g`` the population's summed design row); n - 3 degrees of
-    freedom. Fewer than 4 samples, or fewer than 3 distinct x: the mean scaled to the
+    (``g' Σ g`` with ``g`` the population's summed design row and Σ the fit's sandwich
+    covariance, which lets the noise grow with the width); n - 3 degrees of freedom. Fewer than 4 samples, or fewer than 3 distinct x: the mean scaled to the
     population, with an infinite error."""
-    if len(times) != len(x) or not times or not population:
-        raise ValueError("times and x must have one value each per sample, and population "
-                         "must not be empty")
-    n = len(times)
-    if n < 4 or len(set(x)) < 3:   # too few samples, or too few widths to fit a quadratic
+    if not _check_fit_inputs(times, x, population):
         return Estimate(statistics.fmean(times) * len(population), math.inf, 1.0)
-    import torch
+    beta, cov, scale, dof = _quadratic_fit(times, x)
+    g = _design_sum(population, scale)
+    return Estimate(float(g @ beta), math.sqrt(max(float(g @ cov @ g), 0.0)), dof)
 
-    X = torch.tensor([[1.0, v, v * v] for v in x], dtype=torch.float64)
-    y = torch.tensor(list(times), dtype=torch.float64)
-    scale = torch.diag(1 / X.abs().amax(0).clamp_min(1e-300))   # conditioning: columns to ~1
-    Xs = X @ scale
-    beta = torch.linalg.lstsq(Xs, y.unsqueeze(1)).solution.squeeze(1)
-    resid = y - Xs @ beta
-    s2 = float(resid @ resid) / (n - 3)
-    g = torch.tensor([[1.0, v, v * v] for v in population], dtype=torch.float64).sum(0) @ scale
-    cov = s2 * torch.linalg.pinv(Xs.T @ Xs)
-    return Estimate(float(g @ beta), math.sqrt(max(float(g @ cov @ g), 0.0)), float(n - 3))
+
+def regression_ratio(times: Sequence[float], x: Sequence[float], slow: Sequence[float],
+                     fast: Sequence[float]) -> Estimate:
+    """How many times faster an epoch of batches at widths ``fast`` runs than one at widths
+    ``slow``, both totals from one quadratic fit of the sampled step ``times`` on width ``x``
+    (``regression_total``; steps of both epochs may be pooled in the fit, since a step's time
+    depends on its width). The error is the delta method through the fit's covariance:
+    ``∇r' Σ ∇r`` with ``r = g_slow·β / g_fast·β``, n - 3 degrees of freedom; a ``Ratio``.
+    Too few samples for a fit: the ratio of the scaled means, with an infinite error."""
+    if not _check_fit_inputs(times, x, slow, fast):
+        return Ratio(len(slow) / len(fast), math.inf, 1.0)
+    beta, cov, scale, dof = _quadratic_fit(times, x)
+    gs, gf = _design_sum(slow, scale), _design_sum(fast, scale)
+    ts, tf = float(gs @ beta), float(gf @ beta)
+    if not (ts > 0 and tf > 0):
+        raise ValueError("the fitted epoch times must be positive; the widths' fit went wrong")
+    grad = (gs * tf - gf * ts) / tf ** 2
+    return Ratio(ts / tf, math.sqrt(max(float(grad @ cov @ grad), 0.0)), dof)
 
 
 def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Estimate:
@@ -291,10 +342,22 @@ def geometric_mean(ratios: list[float]) -> Estimate:
     return Ratio(value, value * logs.se if math.isfinite(logs.se) else math.inf, logs.dof)
 
 
+def across_rounds(rounds: Sequence[Mapping]) -> dict:
+    """One ratio per key from several rounds of the same sweep (an evidence run repeats a whole
+    sweep so that what moves between runs, machine load above all, is in the error): the
+    geometric mean of each key's per-round ratios, with rounds - 1 degrees of freedom. Keys
+    missing from a round are judged on the rounds that have them."""
+    if not rounds:
+        raise ValueError("rounds must hold at least one round")
+    keys = list(dict.fromkeys(k for r in rounds for k in r))
+    return {k: geometric_mean([float(r[k]) for r in rounds if k in r]) for k in keys}
+
+
 def paired_accuracy_change(correct_before, correct_after) -> Estimate:
     """Accuracy change in percentage points, and its standard error, of two models scored on
     the same examples (1/True = correct). Paired: only the examples on which they disagree
-    carry noise, so this is much tighter than two independent binomial errors."""
+    carry noise, so this is much tighter than two independent binomial errors. When no example
+    changed, the interval is ± 300/n points (the rule of three), never zero."""
     a = [bool(x) for x in correct_before]
     b = [bool(x) for x in correct_after]
     if len(a) != len(b) or not a:
@@ -302,6 +365,10 @@ def paired_accuracy_change(correct_before, correct_after) -> Estimate:
     n = len(a)
     d = [int(y) - int(x) for x, y in zip(a, b)]          # +1 fixed, -1 broken, 0 unchanged
     mean = sum(d) / n
+    if not any(d):
+        # No example changed: the sample spread is 0, but n examples only bound how often the
+        # two models disagree, below 3/n at 95% (the rule of three): that bound is the interval.
+        return Estimate(0.0, 100 * 3 / n / t_quantile(0.975, max(1, n - 1)), float(max(1, n - 1)))
     var = sum((v - mean) ** 2 for v in d) / max(1, n - 1)
     return Estimate(100 * mean, 100 * math.sqrt(var / n), float(max(1, n - 1)))
 

@@ -161,17 +161,33 @@ def grouped_vs_random(lengths: Sequence[int], *, batch_size: int, pool: int, n: 
     ``pool`` reviews), each drawn at random from one epoch of its sampler. Both samplers cut an
     epoch into as many batches of ``batch_size``, so one training step of each stands for a step
     of its epoch: timing the pairs interleaved estimates the epoch's speed-up."""
-    if pool < batch_size:
-        raise ValueError(f"pool must be >= batch_size={batch_size}, got {pool}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    plain = random_batches(len(lengths), batch_size=batch_size, seed=seed)
-    grouped = list(BucketBatchSampler(lengths, batch_size=batch_size, seed=seed,
-                                      megabatch_size=pool // batch_size))
+    plain, grouped = _two_epochs(lengths, batch_size=batch_size, pool=pool, seed=seed)
     g = torch.Generator().manual_seed(seed)
     a = torch.randperm(len(plain), generator=g)[:n].tolist()
     b = torch.randperm(len(grouped), generator=g)[:n].tolist()
     return [(plain[i], grouped[j]) for i, j in zip(a, b)]
+
+
+def _two_epochs(lengths: Sequence[int], *, batch_size: int, pool: int, seed: int):
+    """One epoch of random batches and one of the bucketed sampler with pools of ``pool``."""
+    if pool < batch_size:
+        raise ValueError(f"pool must be >= batch_size={batch_size}, got {pool}")
+    plain = random_batches(len(lengths), batch_size=batch_size, seed=seed)
+    grouped = list(BucketBatchSampler(lengths, batch_size=batch_size, seed=seed,
+                                      megabatch_size=pool // batch_size))
+    return plain, grouped
+
+
+def epoch_widths(lengths: Sequence[int], *, batch_size: int, pool: int,
+                 seed: int = 0) -> tuple[list[int], list[int]]:
+    """The padded width (longest review) of every batch of the two epochs ``grouped_vs_random``
+    draws from: random batches, then length-grouped ones. What an epoch's time is summed over
+    (``verdicts.regression_ratio``)."""
+    plain, grouped = _two_epochs(lengths, batch_size=batch_size, pool=pool, seed=seed)
+    return ([max(lengths[i] for i in b) for b in plain],
+            [max(lengths[i] for i in b) for b in grouped])
 
 
 def pool_efficiency(lengths: Sequence[int], *, batch_size: int, pool: int, seed: int = 0) -> float:

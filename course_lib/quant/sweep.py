@@ -29,7 +29,7 @@ from course_lib.quant.int8 import quantize_dynamic_int8
 from course_lib.measure.verdicts import Rule, speedup
 
 __all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding", "as_sweep",
-           "sweep_figure"]
+           "sweep_figure", "evidence", "from_evidence"]
 
 FORMATS = ("int8", "bf16")   # dynamic int8 (quantize_dynamic), and the BF16 cast
 
@@ -165,3 +165,33 @@ def sweep_figure(rows: list[dict], *, names: dict[str, str], threshold: float,
            title="int8 and BF16 against FP32, by width (95% intervals)")
     ax.legend(frameon=False, fontsize=7)
     return fig
+
+
+def evidence(widths: Sequence[int], batches: Sequence[int], *, rounds: int,
+             formats: Sequence[str] = FORMATS, repeats: int = 5, warmup: int = 3,
+             log=print) -> dict:
+    """The evidence lesson 07's throughput verdict rests on: ``rounds`` whole sweeps
+    (``speedups``), one after another, so that a load that comes and goes between runs of the
+    lesson shows in the spread over rounds. Returns the recipe and every round's rows."""
+    if rounds < 2:
+        raise ValueError(f"rounds must be >= 2 (a spread needs two), got {rounds}")
+    out = {"recipe": {"widths": list(widths), "batches": list(batches), "formats": list(formats),
+                      "repeats": repeats, "warmup": warmup, "tokens": 64,
+                      "threads": torch.get_num_threads()}, "rounds": []}
+    for i in range(rounds):
+        out["rounds"].append(speedups(widths, batches, formats=formats, warmup=warmup,
+                                      repeats=repeats, seed=0))
+        log(f"round {i + 1}/{rounds}: " + ", ".join(
+            f"{r['format']} w{r['width']} b{r['batch']} {r['speedup']:.2f}x" for r in out["rounds"][-1]))
+    return out
+
+
+def from_evidence(ev: dict) -> list[dict]:
+    """The evidence's rows, one per (format, width, batch), each speed-up the geometric mean of
+    its rounds (``verdicts.across_rounds``: the spread between runs is the error)."""
+    from course_lib.measure.verdicts import across_rounds
+
+    key = lambda r: (r["format"], r["width"], r["batch"])   # noqa: E731
+    combined = across_rounds([{key(r): r["speedup"] for r in rows} for rows in ev["rounds"]])
+    return [{"format": f, "width": w, "batch": b, "speedup": e.value, "se": e.se, "dof": e.dof,
+             "rounds": len(ev["rounds"])} for (f, w, b), e in combined.items()]

@@ -20,6 +20,8 @@ rests on.
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
     python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
     python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~8 min
+    python -m course_lib.tools.evidence int8_throughput --rounds 5                # ~4 min
+    python -m course_lib.tools.evidence sparse_over_length --rounds 5             # ~4 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -84,6 +86,8 @@ import argparse
 import datetime
 import json
 import statistics
+import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,7 +106,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE_DIR = data_dir("evidence")   # data/evidence, or the installed wheel's copy
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
             "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
-            "optimizer_race", "int8_topic_task", "ladder_multiply", "gqa_uptrain")
+            "optimizer_race", "int8_topic_task", "ladder_multiply", "gqa_uptrain",
+            "int8_throughput", "sparse_over_length")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -213,15 +218,32 @@ def sorted_batching(corpus: Corpus, *, seeds: tuple[int, ...] = tuple(range(8)),
             "runs": runs}
 
 
-def write_evidence(name: str, body: dict, *, command: str,
+def git_commit() -> str:
+    """The commit the course's code was at ("unknown" outside a git checkout), with "+dirty"
+    when tracked files differ from it: evidence says which code measured it."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def write_evidence(name: str, body: dict, *, command: str, seconds: float | None = None,
                    directory: Path = EVIDENCE_DIR) -> Path:
-    """Store ``body`` as ``<directory>/<name>.json`` with its command, hardware and date."""
+    """Store ``body`` as ``<directory>/<name>.json`` with its command, hardware, date, the git
+    commit and torch version that ran it, and its total ``seconds``."""
     if name not in EVIDENCE:
         raise ValueError(f"name must be one of {EVIDENCE}, got {name!r}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     record = {"name": name, "command": command, "hardware": capabilities("cpu").as_dict(),
-              "date": datetime.date.today().isoformat(), **body}
+              "date": datetime.date.today().isoformat(), "commit": git_commit(),
+              "torch": torch.__version__,
+              "seconds": None if seconds is None else round(seconds, 1), **body}
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
@@ -274,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: {'committed' if have else 'not run yet'}")
         return
     torch.set_num_threads(min(2, torch.get_num_threads()))   # the thread count the lessons use
+    t0 = time.perf_counter()
     corpus = load_corpus()
     command = f"python -m course_lib.tools.evidence {args.name} --seeds {' '.join(map(str, args.seeds))}"
     if args.name == "teacher_convergence":
@@ -281,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         body = teacher_convergence(corpus, seeds=tuple(args.seeds),
                                    ship_dir=DEFAULT_DIR if args.ship else None)
     elif args.name == "sorted_batching":
-        path = write_evidence(args.name, sorted_batching(corpus, seeds=tuple(args.seeds)),
+        body = sorted_batching(corpus, seeds=tuple(args.seeds))
+        path = write_evidence(args.name, body, seconds=time.perf_counter() - t0,
                               command=command, directory=args.dir)
         print(f"wrote {path}")
         return
@@ -289,20 +313,23 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.optim.race_budget import run as run_race
         body = run_race(seeds=tuple(args.seeds), workers=2, log=lambda m: print(m, flush=True))
         body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name == "int8_topic_task":
         from course_lib.quant.int8 import dynamic_variants
         from course_lib.real_model.task import run as run_task
         body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name == "gqa_uptrain":
         from course_lib.generate.stored import gqa_uptrain_evidence
         body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name == "ladder_multiply":
@@ -310,8 +337,25 @@ def main(argv: list[str] | None = None) -> None:
         if args.rounds < 3:
             raise SystemExit(f"--rounds must be >= 3, got {args.rounds}")
         body = run_multiply(rounds=args.rounds, log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, directory=args.dir,
+        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
                               command=f"python -m course_lib.tools.evidence ladder_multiply --rounds {args.rounds}")
+        print(f"wrote {path}")
+        return
+    elif args.name in ("int8_throughput", "sparse_over_length"):
+        if args.rounds < 2:
+            raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
+        if args.name == "int8_throughput":    # lesson 07's sweep, at its default widths
+            from course_lib.quant.sweep import evidence as run_rounds
+            body = run_rounds([128, 256, 384, 512, 1024], [1, 32], rounds=args.rounds)
+        else:                                 # lesson 11's sweep: one thread, as the lesson
+            from course_lib.attention.sparse import evidence as run_rounds
+            torch.set_num_threads(1)
+            body = run_rounds([512, 1024, 2048, 4096], rounds=args.rounds, window=64,
+                              block_size=128, batch=1, heads=4, head_dim=64)
+        body["threads"] = torch.get_num_threads()
+        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
+                              command=f"python -m course_lib.tools.evidence {args.name} "
+                                      f"--rounds {args.rounds}")
         print(f"wrote {path}")
         return
     elif args.name == "ddp_speed":
@@ -319,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.rounds < 2:
             raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
         body = run_speed(rounds=args.rounds)
-        path = write_evidence(args.name, body, directory=args.dir,
+        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
                               command=f"python -m course_lib.tools.evidence ddp_speed --rounds {args.rounds}")
         print(f"wrote {path}")
         return
@@ -327,7 +371,8 @@ def main(argv: list[str] | None = None) -> None:
         from course_lib.distributed.stability import run as run_stability
         body = run_stability(seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
         body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name in ("pruning_budget", "distillation_transfer"):
@@ -344,18 +389,21 @@ def main(argv: list[str] | None = None) -> None:
             body = run_transfer(corpus, teacher, cached, seeds=tuple(args.seeds), steps=args.steps,
                                 log=lambda m: print(m, flush=True))
         body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir)
+        path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name == "fp16_regression":
-        path = write_evidence(args.name, fp16_regression(seeds=tuple(args.seeds)), command=command,
+        body = fp16_regression(seeds=tuple(args.seeds))
+        path = write_evidence(args.name, body, seconds=time.perf_counter() - t0, command=command,
                               directory=args.dir)
         print(f"wrote {path}")
         return
     else:
         teacher, _ = load_baseline(corpus, train_if_missing=False)
         body = student_ceiling(corpus, teacher, seeds=tuple(args.seeds))
-    path = write_evidence(args.name, body, command=command, directory=args.dir)
+    path = write_evidence(args.name, body, command=command, directory=args.dir,
+                              seconds=time.perf_counter() - t0)
     for row in summary(json.loads(path.read_text())):
         accs = ", ".join(f"{100 * a:.2f}%" for a in row["test_accuracy"])
         print(f"{row['model']}: test {accs} (mean {100 * row['mean']:.2f}%, spread "

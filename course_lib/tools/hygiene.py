@@ -64,3 +64,27 @@ def output_problems(nb: dict) -> list[str]:
         for issue in meta.get("image/png", {}).get(LAYOUT_KEY, []) + meta.get(LAYOUT_KEY, []):
             problems.append(f"{where}: figure: {issue}")
     return problems
+
+
+# What reads as one timing's median: a ``Timing``'s ``.median``, a median helper's result, a
+# row's median milliseconds. A ratio of two of them is a speed-up without pairing or interval.
+_MEDIAN = re.compile(r"\.median\b|\bmedian\(|\bms_at\(|\[['\"]ms['\"]\]|\bms\(")
+
+
+def median_ratios(source: str) -> list[str]:
+    """Every division of one median timing by another in ``source`` (Python code): the course's
+    one speed-up statistic is the geometric mean of paired ratios (``verdicts.speedup``,
+    ``bench.compare``), with its interval; a ratio of medians has neither."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            left, right = ast.unparse(node.left), ast.unparse(node.right)
+            if _MEDIAN.search(left) and _MEDIAN.search(right):
+                found.append(ast.unparse(node))
+    return found

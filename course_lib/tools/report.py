@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
+from course_lib.ui.verdicts import recorded_sentence
 from course_lib.core.device import report as hardware_rows
 from course_lib.capstone.ladder import METRICS
 from course_lib.measure.results import load_results
@@ -167,7 +168,7 @@ def claims_html(results: dict[str, dict]) -> str:
         evidence = v["evidence"] if v else skip["reason"] if skip else "–"
         rule = f"{c.rule.quantity} {'≥' if c.rule.direction == '>=' else '≤'} {c.rule.threshold:g}"
         condition = c.condition.name if c.condition else "one point"
-        regions = v.get("sentence", verdict) if v else "–"
+        regions = recorded_sentence(v) if v else "–"
         source = v.get("source", "live") if v else "–"
         rows.append(f"<tr><td>{html.escape(c.original)}<br><i>{html.escape(c.english)}</i></td>"
                     f"<td>{c.article}</td><td>{html.escape(stem)}</td>"
@@ -180,8 +181,11 @@ def claims_html(results: dict[str, dict]) -> str:
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
             "written beside each claim (<code>course_lib.measure.claims</code>) from numbers measured in "
             "this run (value ± the half-width of its 95% interval; over a sweep, the value at your "
-            "point). <i>depends</i>: the claim holds on part of the sweep of its condition and "
-            "not on the rest; the regions column says where.</p><table><tr>"
+            "point). Over a sweep of its condition the word says where it holds: <i>holds</i> "
+            "(at every point measured), <i>holds from / up to / between</i> (the boundary in the "
+            "next column), <i>holds in part</i>, <i>holds nowhere</i>, or <i>unresolved</i> "
+            "(every point's interval straddles the bar); points that agree within noise are "
+            "pooled.</p><table><tr>"
             "<th>claim (original, English)</th><th>article</th><th>lesson</th><th>rule</th>"
             "<th>condition</th><th>value</th><th>evidence</th><th>rests on</th><th>verdict</th>"
             "<th>where it holds, fails or stays inconclusive</th><th>hardware</th></tr>"

@@ -179,7 +179,32 @@ hardware
 """
 
 
-def claims_page(results: dict, runs: dict) -> str:
+def write_maps(results: dict, runs: dict, out: Path) -> dict[str, str]:
+    """A verdict map (``ui.verdicts``) for every claim this run judged over a sweep, the same
+    claim's points from each reference run faint behind; returns claim -> file name."""
+    from course_lib.ui.verdicts import map_figure, recorded
+
+    def verdicts_of(lessons: dict) -> dict:
+        return {v["claim"]: v for d in lessons.values() for v in d.get("verdicts", [])}
+
+    here = verdicts_of(results)
+    refs = [verdicts_of(run["lessons"]) for run in runs.values()]
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for cid, d in here.items():
+        v = recorded(d)
+        if v is None or not v.points:
+            continue
+        ref = [r for r in (recorded(x[cid]) for x in refs if cid in x) if r is not None and r.points]
+        fig = map_figure(v, reference=ref)
+        fig.savefig(out / f"{cid}.png", dpi=90)
+        written[cid] = f"{out.name}/{cid}.png"
+    return written
+
+
+def claims_page(results: dict, runs: dict, maps: dict[str, str] | None = None) -> str:
+    from course_lib.ui.verdicts import recorded_sentence
+
     table = claims_html(results).replace("<table>", "<table class='claims'>", 1)
     head = "| claim | " + " | ".join(runs) + " |\n|---|" + "---|" * len(runs)
     per_run = []
@@ -187,12 +212,18 @@ def claims_page(results: dict, runs: dict) -> str:
         cells = []
         for run in runs.values():
             v = next((v for d in run["lessons"].values() for v in d.get("verdicts", []) if v["claim"] == cid), None)
-            cells.append(v.get("sentence", v["outcome"]).replace("|", "/") if v else "–")
+            cells.append(recorded_sentence(v).replace("|", "/") if v else "–")
         per_run.append(f"| `{cid}` | " + " | ".join(cells) + " |")
     extra = (f"\n## The verdicts in each reference run\n\nFor a claim judged over a sweep, where it "
              f"held, failed or stayed inconclusive on that machine.\n\n{head}\n"
              + "\n".join(per_run) + "\n") if runs else ""
-    return f"# Claims checked\n\n```{{raw}} html\n{table}\n```\n{extra}"
+    figures = "".join(f"\n### `{cid}`\n\n![The verdict map of {cid}]({path})\n"
+                      for cid, path in (maps or {}).items())
+    figures = ("\n## The maps\n\nEach claim judged over a sweep: its condition on x, each "
+               "point's value and 95% interval against the bar, green where it holds, red where "
+               "it fails, grey where unresolved; your point ringed; reference runs faint.\n"
+               + figures) if figures else ""
+    return f"# Claims checked\n\n```{{raw}} html\n{table}\n```\n{figures}{extra}"
 
 
 def hardware_page(results: dict, runs: dict) -> str:
@@ -230,7 +261,8 @@ def write_sources(report: Path, src: Path) -> int:
     (src / "_static" / "favicon.svg").write_text(FAVICON_SVG)
     shutil.copytree(mathjax_files(), src / "_static" / "mathjax")
     (src / "index.md").write_text(home_page(lessons, times, results, runs))
-    (src / "claims.md").write_text(claims_page(results, runs))
+    maps = write_maps(results, runs, src / "maps")
+    (src / "claims.md").write_text(claims_page(results, runs, maps))
     (src / "hardware.md").write_text(hardware_page(results, runs))
     return len(lessons)
 
