@@ -117,12 +117,13 @@ def test_the_sentence_is_short_and_names_the_boundary_and_the_learner():
         assert len(text.split()) <= 32, text
         assert "your point" in text
     text = ui.sentence(two_series)
-    assert "from batch size 8 (short reviews)" in text and "from batch size 64 (long reviews)" in text
+    assert text.startswith("By series, short reviews holds from batch size 8; long reviews holds from "
+                           "batch size 64; your point at batch size 8, short reviews: 1.50×")
     assert two_series.outcome == "holds from"
     nowhere = ui.sentence(word({1: r(0.9), 8: r(1.0), 64: r(1.1, 0.3)}))
-    assert nowhere.startswith("Holds nowhere (fails at 1–8; unresolved at 64)")
+    assert nowhere.startswith("Holds nowhere (fails at 1–8; unresolved at 64); your point at batch size")
     ev = judge_over(SPEED, {1: r(1.0), 8: r(1.5)}, learner=8, evidence="c", source="data/x.json")
-    assert "the evidence at your point" in ui.sentence(ev)
+    assert "your point (evidence) at batch size 8" in ui.sentence(ev)
     assert ui.clause(ev) == "holds from batch size 8 (at your point it holds)"
 
 
@@ -145,6 +146,15 @@ def test_a_verdict_survives_its_results_file_and_draws_one_map():
     assert ui.recorded_sentence({"claim": "no_longer_a_claim", "outcome": "depends"}) == "depends"
     with pytest.raises(ValueError, match="one point"):
         ui.map_figure(judge(SPEED, 1.5, se=0.1, evidence="c"))
+
+
+def test_many_series_name_the_learners_and_count_the_others():
+    v = judge_over(SPEED, {"a (x)": {1: r(1.0), 8: r(1.5)}, "b": {1: r(0.5), 8: r(0.6)},
+                           "c": {1: r(1.5), 8: r(1.6)}, "d": {1: r(1.5), 8: r(0.6)}},
+                   learner=("a (x)", 8), evidence="c")
+    text = ui.sentence(v)
+    assert text.startswith("For a it holds from batch size 8; 2 of the other 3 series hold somewhere")
+    assert len(text.split()) <= 32
 
 
 def test_series_that_disagree_on_the_kind_of_boundary_hold_in_part():

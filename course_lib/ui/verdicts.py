@@ -47,26 +47,35 @@ def _span(claim, run: list[float]) -> str:
     return f"{run[0]:,g}{tail}" if len(run) == 1 else f"{run[0]:,g}–{run[-1]:,g}{tail}"
 
 
-def _where_it_holds(claim, points: list[Point]) -> str:
-    """One series' holding region in words, from its measured points in the condition's order."""
-    cond = claim.condition
+def _at(claim, x: float) -> str:
+    """A point of the condition in a sentence: "1,024 tokens" where the unit says what it is,
+    "width 512" where the name must."""
+    return _x(claim, x) if claim.condition.unit else claim.condition.at(x)
+
+
+def _where_it_holds(claim, points: list[Point], *, detail: bool = True) -> str:
+    """One series' holding region in words, from its measured points in the condition's order;
+    ``detail``: where a series holds nowhere, say where it fails and where it is unresolved."""
     holding = [p.at for p in points if p.outcome == "holds"]
     if not holding:
         parts = [f"{verb} at {', '.join(_span(claim, r) for r in _runs(points, o))}"
                  for o, verb in (("fails", "fails"), ("inconclusive", "unresolved"))
                  if _runs(points, o)]
-        return "nowhere (" + "; ".join(parts) + ")"
+        return "nowhere" + (" (" + "; ".join(parts) + ")" if detail else "")
     if len(holding) == len(points):
-        return "at every point measured" if len(points) > 1 else f"at {cond.at(holding[0])}"
+        return ("at every point measured" if detail else "everywhere") if len(points) > 1 else \
+            f"at {_at(claim, holding[0])}"
     runs = _runs(points, "holds")
     if len(runs) > 1:
         return "at " + ", ".join(_span(claim, r) for r in runs)
     run = runs[0]
     if run[-1] == points[-1].at:
-        return f"from {cond.at(run[0])}"
+        return f"from {_at(claim, run[0])}"
     if run[0] == points[0].at:
-        return f"up to {cond.at(run[-1])}"
-    return f"from {cond.at(run[0])} to {_x(claim, run[-1])}"
+        return f"up to {_at(claim, run[-1])}"
+    if len(run) == 1:
+        return f"only at {_at(claim, run[0])}"
+    return f"from {_at(claim, run[0])} to {_x(claim, run[-1])}"
 
 
 def _short(series: str) -> str:
@@ -76,11 +85,12 @@ def _short(series: str) -> str:
 
 def _learner(v: Verdict, claim) -> str:
     p = v.learner
-    whose = "your point" if v.source == "live" else "the evidence at your point"
-    where = claim.condition.at(p.at) + (f", {_short(p.series)}" if p.series else "")
+    whose = "your point" if v.source == "live" else "your point (evidence)"
+    where = _at(claim, p.at) + (f", {_short(p.series)}" if p.series and len(
+        {q.series for q in v.points}) == 2 else "")
     if not p.measured:
-        return f"{whose} ({where}) was not measured"
-    return f"{whose} ({where}): {format(p.estimate(claim), claim.value_format)}, {p.outcome}"
+        return f"{whose} at {where} was not measured"
+    return f"{whose} at {where}: {format(p.estimate(claim), claim.value_format)}, {p.outcome}"
 
 
 def _head(v: Verdict, claim) -> str:
@@ -96,10 +106,19 @@ def _head(v: Verdict, claim) -> str:
         by_series = {}
         for p in sorted(v.measured_points, key=lambda p: p.at):
             by_series.setdefault(p.series, []).append(p)
-        several = len(by_series) > 1
-        parts = [_where_it_holds(claim, pts) + (f" ({_short(s)})" if s and several else "")
-                 for s, pts in by_series.items()]
-        head = "holds " + "; ".join(parts)
+        if len(by_series) == 1:
+            head = "holds " + _where_it_holds(claim, next(iter(by_series.values())))
+        elif len(by_series) == 2:   # each series its region, briefly (the map says the rest)
+            head = "by series, " + "; ".join(
+                f"{_short(s)} holds {_where_it_holds(claim, pts, detail=False)}"
+                for s, pts in by_series.items())
+        else:                       # many series: the learner's named, the others counted
+            mine = v.learner.series if v.learner.series in by_series else next(iter(by_series))
+            others = [pts for s, pts in by_series.items() if s != mine]
+            some = sum(any(p.outcome == "holds" for p in pts) for pts in others)
+            head = (f"for {_short(mine)} it holds "
+                    f"{_where_it_holds(claim, by_series[mine], detail=False)}; {some} of the "
+                    f"other {len(others)} series hold somewhere (the map shows where)")
     missing = v.unmeasured_points
     if missing:
         head += f" (not measured at {', '.join(f'{p.at:,g}' for p in missing)})"
