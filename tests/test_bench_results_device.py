@@ -50,13 +50,13 @@ def test_compare_gives_the_speedup_over_the_baseline(clock):
     assert r["slow"]["timing"].samples == pytest.approx((0.04,) * 3)
 
 
-def test_compare_rotates_the_order_of_each_repeat_when_asked():
+def test_compare_rotates_the_order_of_each_repeat_unless_told_not_to():
     order = []
     fns = {k: (lambda k=k: order.append(k)) for k in "abc"}
-    bench.compare(fns, warmup=0, repeats=4)
+    bench.compare(fns, warmup=0, repeats=4, rotate=False)
     assert "".join(order) == "abc" * 4
     order.clear()
-    r = bench.compare(fns, warmup=1, repeats=4, rotate=True)
+    r = bench.compare(fns, warmup=1, repeats=4)                         # the default rotates
     assert "".join(order) == "abc" + "abc" + "bca" + "cab" + "abc"       # warm-up, then rotated
     assert all(len(v["timing"].samples) == 4 for v in r.values())
 

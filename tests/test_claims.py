@@ -68,6 +68,10 @@ def test_noise_helpers_match_hand_computations():
     assert speedup([2.0, 1.0], [1.0, 2.0]).value == pytest.approx(1.0)   # 2x then 0.5x: none
     # unpaired: the ratio of the means (of the totals they stand for)
     assert speedup([10.0, 30.0], [5.0], paired=False).value == pytest.approx(4.0)
+    from course_lib.measure.verdicts import quotient
+    q = quotient(Estimate(6.0, 0.3, 4), Estimate(2.0, 0.2, 9))   # relative errors 5% and 10%
+    assert q.value == pytest.approx(3.0) and q.se == pytest.approx(3.0 * math.hypot(0.05, 0.1))
+    assert q.dof == 4 and q.log
     with pytest.raises(ValueError, match="as many repeats"):
         speedup([1.0], [1.0, 2.0])
     e = Estimate(1.5, 0.1, 2.0)                           # "±" is the 95% half-width: t(2) = 4.30
@@ -149,7 +153,7 @@ def test_demonstrations_are_apart_from_claims_and_show_their_check():
     for d in DEMONSTRATIONS.values():
         assert d.check and (ROOT / "notebooks" / f"{d.lesson}.ipynb").exists()
     ok = show("float_layouts", ok=True, numbers="3 of 3")
-    assert "Shown exactly" in demonstration_markdown(ok) and "3 of 3" in demonstration_markdown(ok)
+    assert "**Shown.**" in demonstration_markdown(ok) and "3 of 3" in demonstration_markdown(ok)
     assert "bug" in demonstration_markdown(show("float_layouts", ok=False, numbers="2 of 3"))
     assert "**Formula:**" in demonstration_markdown(show("pruning_shrinks_model", ok=True, numbers="x"))
     with pytest.raises(ValueError, match="demo_id must be one of"):

@@ -51,8 +51,12 @@ def test_the_committed_evidence_is_complete():
         e = ev.load_evidence(name)
         assert e["command"].startswith("python -m course_lib.tools.evidence " + name)
         assert e["hardware"] and e[{"ddp_speed": "times", "ladder_multiply": "points",
-                                    "int8_throughput": "rounds",
-                                    "sparse_over_length": "rounds"}.get(name, "runs")]
+                                    "int8_throughput": "rounds", "sparse_over_length": "rounds",
+                                    "lowrank_over_length": "rounds"}.get(name, "runs")]
+        if name == "lowrank_over_length":
+            assert len(e["rounds"]) >= 5 and e["commit"] and e["torch"] and e["seconds"] > 0
+            assert all(sorted(map(int, rd)) == e["recipe"]["lengths"] for rd in e["rounds"])
+            continue
         if name in ("int8_throughput", "sparse_over_length"):   # whole sweeps, every point each
             assert len(e["rounds"]) >= 5 and e["commit"] and e["torch"] and e["seconds"] > 0
             r = e["recipe"]

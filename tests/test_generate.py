@@ -1,4 +1,4 @@
-"""The decoder and its key/value cache (issue 47's lesson, in progress): cached and uncached
+"""The decoder and its key/value cache (lesson 16): cached and uncached
 greedy generation give the same tokens, the attention matches the formula written out, the
 model cannot look ahead, and the cache holds 2 × layers × kv_heads × head_dim numbers a token."""
 import math

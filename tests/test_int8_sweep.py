@@ -78,7 +78,7 @@ def test_the_sweep_figure_draws_each_format_and_batch_and_the_model_point():
 
 def test_log_ticks_keep_their_distance_whatever_the_range():
     import math
-    from course_lib.quant.sweep import spaced_log_ticks
+    from course_lib.ui.plots import spaced_log_ticks
     assert spaced_log_ticks(0.6, 2.5) == [1.0, 1.5, 2.0]           # a narrow range keeps the fine ticks
     assert spaced_log_ticks(0.01, 100) == [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0]
     for lo, hi in ((0.02, 3.0), (0.4, 60.0), (1.1, 1.9), (0.03, 0.9)):

@@ -71,8 +71,9 @@ def test_points_that_agree_within_noise_are_pooled_not_a_condition():
 
 
 def test_pool_and_differs_match_hand_computations():
-    e = pool([Estimate(1.0, 1.0, 4), Estimate(3.0, 1.0, 4)], log=False)
-    assert e.value == pytest.approx(2.0) and e.se == pytest.approx(math.sqrt(0.5)) and e.dof == 8
+    e = pool([Estimate(1.0, 1.0, 4), Estimate(3.0, 0.5, 6)], log=False)
+    assert e.value == pytest.approx((1 * 1 + 3 * 4) / 5)          # weights 1/se²: 1 and 4
+    assert e.se == 0.5 and e.dof == 6                               # the best point's, no less
     g = pool([Ratio(2.0, 0.2, 4), Ratio(8.0, 0.8, 4)], log=True)   # equal relative errors
     assert g.value == pytest.approx(4.0) and isinstance(g, Ratio)
     # difference 2, se hypot(0.5, 0.5) = 0.707, t(0.975, 9) = 2.262: 1.6 < 2 resolved
@@ -117,14 +118,21 @@ def test_the_sentence_is_short_and_names_the_boundary_and_the_learner():
         assert len(text.split()) <= 32, text
         assert "your point" in text
     text = ui.sentence(two_series)
-    assert text.startswith("By series, short reviews holds from batch size 8; long reviews holds from "
-                           "batch size 64; your point at batch size 8, short reviews: 1.50×")
+    assert text.startswith("Holds from batch size 8 (short reviews) and from batch size 64 (long "
+                           "reviews); your point at batch size 8, short reviews: 1.50×")
+    two = judge_over(SPEED, {"int8 block, batch 1": {1: r(1.0), 8: r(1.5)},
+                             "int8 block, batch 32": {1: r(1.5), 8: r(1.6)}},
+                     learner=("int8 block, batch 32", 1), evidence="c")
+    assert ui.sentence(two) == ("Holds from batch size 8 (batch 1) and everywhere (batch 32); your "
+                                "point at batch size 1, batch 32: 1.50× (1.46–1.55), holds.")
     assert two_series.outcome == "holds from"
     nowhere = ui.sentence(word({1: r(0.9), 8: r(1.0), 64: r(1.1, 0.3)}))
     assert nowhere.startswith("Holds nowhere (fails at 1–8; unresolved at 64); your point at batch size")
     ev = judge_over(SPEED, {1: r(1.0), 8: r(1.5)}, learner=8, evidence="c", source="data/x.json")
     assert "your point (evidence) at batch size 8" in ui.sentence(ev)
-    assert ui.clause(ev) == "holds from batch size 8 (at your point it holds)"
+    assert ui.clause(ev) == "holds from batch size 8; at your point it holds"
+    assert ui.clause(word({1: r(2.0), 8: r(1.8)})) == "holds at every point measured"
+    assert ui.clause(word({1: r(1.1, 0.3), 8: r(1.05, 0.3)})).startswith("is unresolved: every")
 
 
 def test_a_verdict_survives_its_results_file_and_draws_one_map():
@@ -136,7 +144,7 @@ def test_a_verdict_survives_its_results_file_and_draws_one_map():
     assert back == v and ui.sentence(back) == ui.sentence(v)
     fig = ui.map_figure(v, reference=[word({1: r(1.2), 8: r(1.6)})])
     ax = fig.axes[0]
-    assert ax.get_title().endswith("\nverdict: holds from") and ax.get_xlabel()
+    assert "\nverdict: holds from batch size 8 (a)" in ax.get_title() and ax.get_xlabel()
     assert not layout_problems(fig)
     table = ui.points_table(v)
     assert table.count("\n") == 2 + 4 and "not measured" in table and "(your point)" in table
@@ -153,7 +161,7 @@ def test_many_series_name_the_learners_and_count_the_others():
                            "c": {1: r(1.5), 8: r(1.6)}, "d": {1: r(1.5), 8: r(0.6)}},
                    learner=("a (x)", 8), evidence="c")
     text = ui.sentence(v)
-    assert text.startswith("For a it holds from batch size 8; 2 of the other 3 series hold somewhere")
+    assert text.startswith("For a, holds from batch size 8 (2 of 3 other series hold somewhere)")
     assert len(text.split()) <= 32
 
 
@@ -162,3 +170,17 @@ def test_series_that_disagree_on_the_kind_of_boundary_hold_in_part():
     v = judge_over(SPEED, {"a": {1: r(1.0), 8: r(1.5)}, "b": {1: r(1.5), 8: r(1.0)}},
                    learner=("a", 1), evidence="c")
     assert v.outcome == "holds in part"
+
+
+def test_the_reference_runs_sentences_are_short():
+    """Every verdict of every committed reference run, drawn anew from its points, reads in
+    about 30 words (a sentence of the map, not the map in words)."""
+    from course_lib.tools.saved_runs import load_runs
+
+    long = {}
+    for run, data in load_runs().items():
+        for d in (v for lesson in data["lessons"].values() for v in lesson.get("verdicts", [])):
+            v = ui.recorded(d)
+            if v is not None and len(ui.sentence(v).split()) > 32:
+                long[f"{run}: {d['claim']}"] = ui.sentence(v)
+    assert not long, long

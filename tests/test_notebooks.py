@@ -96,3 +96,17 @@ def test_the_prose_check_catches_an_unmarked_paragraph_cell():
     assert [c["id"] for c in nb["cells"]] == ["0", "1", "2"]
     assert "".join(nb["cells"][0]["source"]) == "x = 2\ny = x * 3\nz = x + y\nw = z - 1"
     assert nb["cells"][1]["metadata"]["tags"] == ["hide-input"]
+
+
+def test_solutions_are_tagged_and_hidden_under_their_exercises():
+    """A cell that opens with "# Solution" is collapsed in JupyterLab (jupyter.source_hidden)
+    and tagged ``solution`` (kept by the prose tidier, hidden on the site): a learner sees the
+    exercise first, not its answer right under it."""
+    import json
+
+    shown = [f"{p.name} cell {i}" for p in NOTEBOOKS
+             for i, c in enumerate(json.loads(p.read_text())["cells"])
+             if c["cell_type"] == "code" and "".join(c["source"]).lstrip().startswith("# Solution")
+             and not (c["metadata"].get("jupyter", {}).get("source_hidden")
+                      and "solution" in c["metadata"].get("tags", []))]
+    assert shown == [], f"visible or untagged solutions: {shown}"

@@ -54,7 +54,10 @@ def test_run_fine_tunes_every_cell_and_from_evidence_matches_a_hand_computation(
                                   score(budget.build_variant(teacher, "layers"), test, labels).correct)
     assert red["change"][label][0].se == pytest.approx(want.se) == pytest.approx(zero["paired_se"])
     tuned = [100 * (r["test_accuracy"] - dense) for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 2]
-    assert red["change"][label][2].value == pytest.approx(sum(tuned) / 2) and red["change"][label][2].dof == 1
+    ses = [r["paired_se"] for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 2]
+    assert len(ses) == 2                                  # every run keeps its test-set error
+    from course_lib.measure.verdicts import over_seeds
+    assert red["change"][label][2] == pytest.approx(over_seeds(tuned, ses, test_dof=want.dof))
     assert red["seeds"] == 2 and red["budgets"] == [0, 2]
     with pytest.raises(ValueError, match="budgets must be >= 0"):
         budget.run(corpus, teacher, budgets=(-1,))
@@ -75,3 +78,26 @@ def test_sparse_model_bytes_counts_csr_indices_and_the_dense_rest(tiny):
     rows = sum(getattr(m, p).shape[0] + 1 for _, m, p in owned)   # CSR keeps a pointer per row
     assert got["removed"] == pytest.approx(n_owned / count_parameters(teacher))
     assert got["csr_bytes"] == 4 * (count_parameters(teacher) - n_owned) + 8 * rows
+
+
+def test_one_noise_model_over_the_whole_budget_curve():
+    """With every run's paired test-set error stored, each point's error holds the test set's
+    noise and the seeds' spread together (verdicts.over_seeds, by hand here); budget 0 (one
+    model) keeps the test set's alone, never an error of a different kind."""
+    import math
+
+    from course_lib.measure.verdicts import over_seeds
+    from course_lib.pruning import budget
+
+    runs = [{"variant": "layers", "steps": 0, "seed": None, "test_accuracy": 0.90,
+             "paired_se": 0.6, "paired_dof": 1999}]
+    runs += [{"variant": "layers", "steps": 40, "seed": s, "test_accuracy": a, "paired_se": 0.3,
+              "paired_dof": 1999} for s, a in enumerate((0.98, 0.97, 0.99))]
+    ev = {"recipe": {"dense_test_accuracy": 0.99, "variants": {"layers": "layers"},
+                     "budgets": [0, 40]}, "runs": runs}
+    change = budget.from_evidence(ev)["change"]["layers"]
+    assert change[0].value == pytest.approx(-9.0) and change[0].se == pytest.approx(0.6)
+    d = [-1.0, -2.0, 0.0]
+    by_hand = math.sqrt(0.3 ** 2 + 1.0 / 3)            # test noise + seed variance / seeds
+    assert change[40].value == pytest.approx(-1.0) and change[40].se == pytest.approx(by_hand)
+    assert change[40] == pytest.approx(over_seeds(d, [0.3] * 3, test_dof=1999))

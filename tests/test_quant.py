@@ -239,3 +239,29 @@ def test_fake_quantize_matches_torchs_own(scheme, bits):
     got = quant.fake_quantize(x, bits=bits, scheme=scheme, granularity="per_channel", axis=0)
     assert (got == ref).float().mean() >= 0.999
     assert ((got - ref).abs() <= pc.scale * 1.0001).all()
+
+
+def test_a_pruned_row_stays_zero_in_the_emulated_int8_linear():
+    """An all-zero weight row (a pruned neuron) has no range; per channel its scale would be 0
+    and 0 / 0 NaN. The output there is the bias alone, and the other rows are unchanged."""
+    from course_lib.quant.int8 import emulate_dynamic_linear
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 8, generator=g)
+    w[2] = 0.0
+    x, b = torch.rand(3, 8, generator=g), torch.tensor([0.1, 0.2, 0.3, 0.4])
+    y = emulate_dynamic_linear(x, w, b, per_channel=True)
+    assert torch.isfinite(y).all() and torch.equal(y[:, 2], torch.full((3,), 0.3))
+    keep = [0, 1, 3]
+    alone = emulate_dynamic_linear(x, w[keep], b[keep], per_channel=True)
+    assert torch.allclose(y[:, keep], alone)
+
+
+def test_size_report_counts_each_rows_scale_and_zero_point_per_channel():
+    """Per tensor: one scale and zero point (8 bytes); per channel: a float64 scale and an int64
+    zero point for every output row, 16 bytes each, counted by hand."""
+    lin = nn.Sequential(nn.Linear(16, 6))
+    for per_channel, extra in ((False, 8), (True, 6 * (8 + 8))):
+        q = quant.quantize_dynamic_int8(lin, per_channel=per_channel)
+        (row,) = [r for r in quant.size_report(q) if r["group"] == "int8"]
+        assert row["numel"] == 6 * 16 and row["bytes"] == 6 * 16 + extra

@@ -75,6 +75,25 @@ def test_course_sentences_are_real_sentences_and_bounded():
         R.course_sentences(min_words=0)
 
 
+def test_course_sentences_are_frozen_so_a_docstring_edit_moves_nothing(tmp_path, monkeypatch):
+    """Lesson 15's text comes from the committed file, not from the library as it is now: a
+    rebuilt file holds the installed library's docstring sentences, and course_sentences reads
+    whatever file it is given."""
+    from course_lib.real_model import encoder as E
+
+    frozen = tmp_path / "frozen.json"
+    frozen.write_text('{"source": "t", "sentences": ["One two three four five.", "Too short."], '
+                      '"groups": [7, 8]}')
+    monkeypatch.setattr(E, "SENTENCES_FILE", frozen)
+    assert R.course_sentences(with_groups=True) == (["One two three four five."], [7])
+    rebuilt = tmp_path / "rebuilt.json"
+    n = E.write_course_sentences(rebuilt, source="this checkout")
+    monkeypatch.setattr(E, "SENTENCES_FILE", rebuilt)
+    assert n >= len(R.course_sentences()) > 100
+    assert R.course_sentences(min_words=1, max_words=10_000) and n == len(
+        R.course_sentences(min_words=1, max_words=10_000))
+
+
 def test_missing_extra_is_a_clear_error(monkeypatch):
     real_import = builtins.__import__
 

@@ -180,7 +180,7 @@ def test_report_opens_with_the_claims_table():
     assert "ran 3 batches" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
     row = claims[claims.index(CLAIMS["uniform_length_faster"].original):]
     row = row[:row.index("</tr>")]
-    assert "<b>holds from</b>" in row and "Holds from 4,096 reviews; your point at 64 reviews" in row
+    assert "<b>holds from</b>" in row and "Holds from a pool of 4,096 reviews; your point at a pool of 64 reviews" in row
     assert claims.count("<b>not run</b>") == len(CLAIMS) - 2
     demos = page[page.index("<h2>Demonstrations"):page.index("Hardware (this machine)")]
     assert demos.count("<tr>") == len(DEMONSTRATIONS) + 1 and "at most 3e-07" in demos

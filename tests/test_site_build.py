@@ -55,7 +55,7 @@ def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
     swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
                        learner=64, evidence="e")
     runs = {"R1": {"hardware": {}, "lessons": {"00_x": {"verdicts": [swept.as_dict()]}}}}
-    assert "| `uniform_length_faster` | Holds from 4,096 reviews; your point at 64 reviews" in \
+    assert "| `uniform_length_faster` | Holds from a pool of 4,096 reviews; your point at a pool of 64 reviews" in \
         site.claims_page(results, runs)
 
 

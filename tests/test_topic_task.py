@@ -132,6 +132,7 @@ def test_cluster_standard_error_and_pooling_by_hand():
     assert T.mean_se(v, torch.tensor([0, 0, 1, 1, 2, 2])) == pytest.approx((8 * 1.5) ** 0.5 / 6)
     with pytest.raises(ValueError, match="2 clusters"):
         T.mean_se(v, torch.zeros(6))
+    assert T.mean_se(torch.tensor([2.0])) == float("inf")   # one value: noise unknown, as mean_and_se
     runs = [{"scores": {"x": {"diff_points": d, "diff_se": 0.3, "ratio": 0.98, "accuracy": 0.7}}}
             for d in (-1.0, -2.0, -1.5)]
     p = T.pool_runs(runs, "x")

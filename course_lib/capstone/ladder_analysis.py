@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from course_lib.ui.plots import new_figure
 from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES, TRAINS_THE_TEACHER
-from course_lib.capstone.ladder_speedups import (PAIRED, UNPAIRED, fmt, multiply_call, product, ratio,
+from course_lib.capstone.ladder_speedups import (PAIRED, UNPAIRED, fmt, multiply_call, product,
                                                  rung_speedup)
-from course_lib.measure.verdicts import Estimate, geometric_mean
+from course_lib.measure.verdicts import Estimate, geometric_mean, quotient
 
 
 def record(rows: Sequence[dict], rec) -> None:
@@ -121,7 +121,7 @@ def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence
         alone = [points[tuple(x == t for x in TECHNIQUES)] for t in row["techniques"]]
         predicted = product([rung_speedup(base, p, metric) for p in alone])
         measured = rung_speedup(base, row, metric)
-        r = paired_stack_ratio(base, row, alone, metric) or ratio(measured, predicted)
+        r = paired_stack_ratio(base, row, alone, metric) or quotient(measured, predicted)
         out.append({"label": label, "metric": metric, "predicted": predicted.value,
                     "measured": measured.value, "ratio": r.value, "predicted_estimate": predicted,
                     "measured_estimate": measured, "ratio_estimate": r, "call": multiply_call(r)})
@@ -317,7 +317,6 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
 
     if latency not in ("latency_b32_ms", "latency_b1_ms"):
         raise ValueError(f"latency must be 'latency_b32_ms' or 'latency_b1_ms', got {latency!r}")
-    from course_lib.measure.verdicts import t_quantile
 
     fig, axes = new_figure(2, width=6, height=4.2)
     base = rows[0]
@@ -335,7 +334,7 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
         changes = [accuracy_change(base, p) for p in front]
         bars = [0.0] * len(front)
         if all(c is not None for c in changes):
-            bars = [t_quantile(0.975, c.dof) * c.se for c in changes]
+            bars = [c.half_width for c in changes]
             ax.errorbar([p[x] * k for p in front], [100 * p["test_accuracy"] for p in front],
                         yerr=bars, fmt="none", ecolor="#55A868", elinewidth=1, capsize=2)
         ax.plot([r[x] * k for r in rows], [100 * r["test_accuracy"] for r in rows], "--", lw=1,

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 
 from course_lib.measure.verdicts import (Estimate, Ratio, Rule, fmt,  # noqa: F401  (fmt: re-exported)
-                                        mean_and_se, regression_total, speedup)
+                                        mean_and_se, quotient, regression_total, speedup)
 
 PAIRED = ("latency_b1_ms", "latency_b32_ms", "test_set_s")   # interleaved, repeat by repeat
 UNPAIRED = ("train_epoch_s",)                                  # steps of different batches
@@ -43,7 +43,7 @@ def rung_speedup(base: dict, point: dict, metric: str) -> Estimate:
                              f"the same rounds ({len(a)} and {len(b)} repeats)")
     if metric in PAIRED:
         return speedup(list(a), list(b))
-    return ratio(epoch_estimate(base), epoch_estimate(point))
+    return quotient(epoch_estimate(base), epoch_estimate(point))
 
 
 def epoch_estimate(point: dict) -> Estimate:
@@ -66,13 +66,6 @@ def product(estimates: Sequence[Estimate]) -> Estimate:
     value = math.prod(e.value for e in estimates)
     rel = math.sqrt(sum((e.se / e.value) ** 2 for e in estimates))
     return Ratio(value, value * rel, min(e.dof for e in estimates))
-
-
-def ratio(measured: Estimate, predicted: Estimate) -> Estimate:
-    """``measured / predicted``, relative errors in quadrature."""
-    value = measured.value / predicted.value
-    rel = math.hypot(measured.se / measured.value, predicted.se / predicted.value)
-    return Ratio(value, value * rel, min(measured.dof, predicted.dof))
 
 
 # "Speed-ups multiply" when the measured stack is within a factor 4/3 of the product of the

@@ -20,16 +20,16 @@ behaviour (lessons 01, 05, 07, 10), labelled as torch's modules.
 Positions: ALiBi (Press et al., 2022, "Train Short, Test Long"): head ``h`` subtracts
 ``slope_h * |i - j|`` from the score of query ``i`` on key ``j``, so every head starts out
 looking at its neighbours, the steepest at the next few words, the flattest at the whole review.
-The corpus's rules are local ("not good", "i do n't think the price is good"), and the choice was
-measured with this model on the teacher's earlier recipe (16,000 reviews, 3 epochs; today's is
-``core.checkpoints.BaselineRecipe``), 2-core CPU, one seed: rotary embeddings (RoPE, Su et al., 2021, ``positions="rope"``,
-also here) reached 83.5% test accuracy and 68.7% on negated reviews; ALiBi reached 92.8% (that
-recipe's baseline). Learned absolute positions, in the course's earlier model, taught
-no usable word order at all (the same accuracy with them zeroed, chance on negated reviews).
-Nothing pulls a RoPE head towards the next word at initialisation; ALiBi starts there. The bias is one (1, heads, L, L) tensor shared by the batch; the padding mask is folded
-into the keys (``fold_key_padding``) instead of being merged into it, which would make it a
-(batch, heads, L, L) float tensor that SDPA keeps for backward (128 MiB for 32 reviews of 512
-tokens in the course's earlier model).
+The corpus's rules are local ("not good", "i do n't think the price is good"), and ALiBi starts
+where they are; nothing pulls a rotary head (RoPE, Su et al., 2021, ``positions="rope"``, also
+here) towards the next word at initialisation. Measured with this model (16,000 reviews, 3
+epochs, 2-core CPU, one seed): RoPE reached 83.5% test accuracy and 68.7% on negated reviews,
+ALiBi 92.8%; learned absolute positions taught no usable word order (the same accuracy with
+them zeroed, chance on negated reviews).
+
+The bias is one (1, heads, L, L) tensor shared by the batch; the padding mask is folded into the
+keys (``fold_key_padding``) instead of being merged into it, which would make it a (batch, heads,
+L, L) float tensor that SDPA keeps for backward (128 MiB for 32 reviews of 512 tokens).
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ this run's students beside it. The training itself is ``distill.students``.
 """
 from __future__ import annotations
 
+import statistics
+
 import time
 from collections.abc import Mapping
 
@@ -70,7 +72,7 @@ def sizes_markdown(models: Mapping[str, torch.nn.Module], seconds: dict[str, lis
         ratio = "1×" if name == baseline else f"{s:.2f×}"
         rows.append(f"| {NAMES.get(name, name)} | {c.n_layers} | {c.d_model} | "
                     f"{count_parameters(m):,} | {state_dict_bytes(m) / 2**20:.2f} MiB | "
-                    f"{1e3 * sorted(secs)[len(secs) // 2]:.0f} ms | {ratio} |")
+                    f"{1e3 * statistics.median(secs):.0f} ms | {ratio} |")
     return ("| model | layers | width | parameters | fp32 weights | time per pass (median) | "
             "speed-up over the teacher |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -34,6 +35,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
+from course_lib.measure import bench
 from course_lib.distributed.setup import BACKENDS, ShardedBatchSampler, auto_threads, resolve_backend
 
 @dataclass(frozen=True)
@@ -113,11 +115,6 @@ def _log(msg: str, *, rank: int, world_size: int, all_ranks: bool = False) -> No
         sys.stdout.flush()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def run_training(cfg: WorkerConfig, *, rank: int = 0, world_size: int = 1,
                  device: torch.device | str = "cpu") -> dict:
     """Train for ``cfg.steps`` optimizer steps; returns losses, step times and parameters.
@@ -169,14 +166,14 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
                     sampler.set_epoch(epoch)
             batches = iter(loader)
             for _ in range(min(per_epoch, cfg.steps - step)):
-                _sync(device)
+                bench.synchronize(device)
                 t0 = time.perf_counter()
                 micro = [to_device(next(batches), device) for _ in range(cfg.accum)]
                 # the course's one step: DDP all-reduces once, in the last micro-batch's backward
                 total, _ = train_step(net, micro, opt, device=device, dtype=mixed, loss_fn=loss_fn,
                                       scaler=scaler, grad_clip=cfg.grad_clip,
                                       no_sync=net.no_sync if ddp else None)
-                _sync(device)
+                bench.synchronize(device)
                 times.append(time.perf_counter() - t0)
                 losses.append(total)
                 step += 1
@@ -219,13 +216,13 @@ def allreduce_demo(*, rank: int, world_size: int, device: torch.device,
         samples = []
         for _ in range(repeats):
             dist.barrier()
-            _sync(device)
+            bench.synchronize(device)
             t0 = time.perf_counter()
             dist.all_reduce(buf)
-            _sync(device)
+            bench.synchronize(device)
             samples.append(time.perf_counter() - t0)
         timings.append({"elements": int(n), "bytes": 4 * int(n),
-                        "seconds": sorted(samples)[len(samples) // 2]})
+                        "seconds": statistics.median(samples)})
     return {"world_size": world_size, "reduced": x.tolist(), "timings": timings}
 
 

@@ -72,7 +72,7 @@ def next_token_loss(model: DecoderLM, batch: dict) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class LMTraining:
-    steps: int = 1200        # updates; see ``DecoderRecipe`` for why this many
+    steps: int = 1000        # updates: the pretraining recipe's (``DecoderRecipe`` says why)
     batch: int = 32          # windows per update
     context: int = 128       # tokens per window: about two median reviews
     lr: float = 3e-3         # AdamW's peak rate; a small model on a small grammar takes a high one

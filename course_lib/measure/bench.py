@@ -119,10 +119,11 @@ def time_naive(fn: Callable[[], object]) -> float:
 
 def compare(fns: dict[str, Callable[[], object]], *, warmup: int = 2, repeats: int = 7,
             device: torch.device | str | None = None,
-            baseline: str | None = None, rotate: bool = False) -> dict[str, dict]:
-    """Time several alternatives interleaved (A B C A B C ...) in one run; ``rotate=True``
-    starts each repeat one alternative later (A B C, B C A, C A B ...), so that none always runs
-    right after the same neighbour (a cache it warmed, a clock it raised).
+            baseline: str | None = None, rotate: bool = True) -> dict[str, dict]:
+    """Time several alternatives interleaved in one run, each repeat starting one alternative
+    later (A B C, B C A, C A B ...), so that none always runs first or right after the same
+    neighbour (a cache it warmed, a clock it raised); ``rotate=False`` keeps the order A B C
+    every repeat (for alternatives that must run in order).
 
     Returns ``{name: {"timing": Timing, "speedup": Estimate}}``: how many times faster than the
     baseline (the first entry unless named), the course's one statistic (``verdicts.speedup``:

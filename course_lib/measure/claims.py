@@ -63,10 +63,18 @@ class Claim:
     rule: Rule
     condition: Condition | None = None   # what decides it (swept by ``judge_over``); None: a
                                          # claim the lesson still judges at one point
-    value_format: str = ".3g"            # how its values print (``Estimate`` format spec)
+    value_format: str = ""               # how its values print (``Estimate`` format spec);
+                                         # "": ".2f×" for a ratio, ".3g" otherwise
+    axis: str = ""                       # the measured quantity as a short axis label (the map)
     exact_measurement: str = ""          # why a verdict of exact values (se 0) is still a
                                          # measurement that could come out otherwise; empty: an
                                          # all-exact sweep is arithmetic and is refused
+
+    @property
+    def fmt(self) -> str:
+        """The format spec its values print with (``value_format``, or the default for its
+        kind: a ratio with two decimals and its ×, anything else three significant digits)."""
+        return self.value_format or (".2f×" if self.rule.log else ".3g")
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,8 @@ _CLAIMS = [
           value_format=".2f",
           exact_measurement="the bytes are what autograd saves for backward, counted by hooks on a "
                             "real forward pass of each attention: a kernel that stored the scores "
-                            "(or did not) would change them, so the count could come out otherwise"),
+                            "(or did not) would change them, so the count could come out otherwise",
+          axis="growth exponent k (memory ∝ L^k)"),
     Claim("fixed_pad_snippet_keeps_tokens", "000",
           "通過這種固定長度填充和相應的處理方法，可以使得基于Transformer的模型能夠有效地處理不同長度的"
           "序列數據。",
@@ -117,7 +126,8 @@ _CLAIMS = [
                     why="the snippet keeps every token of a review shorter than max_length and "
                         "cuts the rest: what it costs depends on how many reviews are longer, "
                         "and on whether the tokens that decide the label are among those cut"),
-          value_format="+.1f"),
+          value_format="+.1f",
+          axis="accuracy change vs full length (points)"),
     Claim("dynamic_padding_faster", "000",
           "這樣雖然每個批次的長度是不同的，但是批次內部的長度是相同的，可以加快處理速度。",
           "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",
@@ -127,19 +137,22 @@ _CLAIMS = [
           Condition("batch size",
                     why="a batch is as wide as its longest review: the more reviews it holds, the "
                         "nearer that is to 512 and the less dynamic padding saves"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="dynamic ÷ pad-to-512 speed (×)"),
     Claim("uniform_length_faster", "000",
           "通過等長匹配的策略，減少了填充量，這樣也可以加速計算",
           "Grouping sequences of similar length reduces padding and speeds up computation.",
           "02_batching",
-          Rule("training speed-up of length-grouped batches (bucketed: sorted within pools, "
-               "batch order shuffled) over random batches with dynamic padding (×; the ratio of "
-               "the mean step times, steps of both samplers interleaved)", ">=", 1.1, log=True),
+          Rule("training speed-up of an epoch of length-grouped batches (bucketed: sorted within "
+               "pools, batch order shuffled) over an epoch of random batches with dynamic padding "
+               "(×; sampled steps of both, interleaved, fitted against batch width and summed "
+               "over each epoch's batches: verdicts.regression_ratio)", ">=", 1.1, log=True),
           Condition("a pool of", "reviews", over="pool size",
                     why="a batch of similar lengths needs reviews to choose from: sorted within a "
                         "pool of 128 reviews, a batch of 32 holds a quarter of the pool, short to "
                         "long; within thousands, almost nothing is padding"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="grouped ÷ random epoch speed (×)"),
     Claim("sorted_batches_keep_accuracy", "000",
           "等長匹配通過基于序列長度將數據集劃分為桶，然后從這些桶中采樣批次來實現的。",
           "Length matching splits the data into buckets by length and samples batches from them "
@@ -152,7 +165,8 @@ _CLAIMS = [
                     why="the sorted order ends every epoch on the longest reviews, the same way each "
                         "time; what that costs can change as training goes on, so it is judged at "
                         "budgets up to where test accuracy stops improving"),
-          value_format="+.1f"),
+          value_format="+.1f",
+          axis="sorted − bucketed accuracy (points)"),
     Claim("fp16_faster_training", "000",
           "所以Fp16可以提高內存節省，并可以大大提高模型訓練的速度。",
           "FP16 greatly speeds up training.",
@@ -163,21 +177,23 @@ _CLAIMS = [
                     why="a small step is bound by kernel launches and by the work autocast leaves "
                         "in FP32; only as the batch grows do the matmuls, the part 16 bits speeds "
                         "up, take over the step"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="FP16 ÷ FP32 step speed (×)"),
     Claim("fp16_bad_for_regression", "000",
           "對于回歸這種需要精確數值的任務Fp16的表現并不好。",
           "FP16 does badly on regression, which needs precise values.",
           "04_mixed_precision",
           Rule("regression test error (MAE) with FP16 autocast + GradScaler ÷ with FP32, "
                "geometric mean over seeds", ">=", 1.1, log=True),
-          Condition("target offset", "stars",
+          Condition("an offset of", "stars",
                     why="under autocast the prediction is itself a 16-bit number, on steps of up "
                         "to 1/1,024 of its size (FP16): ratings of 1-5 stars sit on steps of at "
                         "most 0.004 stars, far below the error a model makes; the same ratings "
                         "stored as offset + stars (an unstandardised target) sit on steps of up to "
                         "offset/1,024, which from some offset is the error",
                     over="target offset (stars added to every rating)"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="FP16 ÷ FP32 test MAE (×)"),
     Claim("pruning_keeps_accuracy", "004",
           "去除冗余的参数和连接，可以大幅减小模型大小和计算复杂度，同时保持甚至提高模型精度。",
           "Pruning redundant weights shrinks the model while keeping or even improving accuracy.",
@@ -189,7 +205,8 @@ _CLAIMS = [
                         "keeps the dense model's accuracy after enough steps or not at all, so one "
                         "short fine-tune only reports the budget",
                     over="fine-tune budget (steps of batch 32 after the cut)"),
-          value_format=".2f"),
+          value_format="+.2f",
+          axis="pruned − dense accuracy (points)"),
     Claim("pruning_cuts_compute", "004",
           "去除冗余的参数和连接，可以大幅减小……计算复杂度",
           "Pruning redundant weights greatly cuts the computation.",
@@ -201,7 +218,8 @@ _CLAIMS = [
                         "are gone, or a sparse kernel at a sparsity that outruns its index cost, "
                         "save time",
                     over="share of the weights removed (%)"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="pruned ÷ dense speed (×)"),
     Claim("distillation_keeps_accuracy", "004",
           "利用预训练的大型Transformer模型，我们可以将知识迁移到更小的学生模型中，从而实现高效推理。",
           "Distillation moves the big model's knowledge into a smaller student, for efficient "
@@ -216,7 +234,8 @@ _CLAIMS = [
                         "many it labels data nobody labelled; and a student too small for the "
                         "task stays below the teacher whatever it is given",
                     over="transfer set (unlabelled reviews the teacher labels)"),
-          value_format=".2f"),
+          value_format="+.2f",
+          axis="student − teacher accuracy (points)"),
     Claim("distillation_soft_targets_help", "004",
           "利用预训练的大型Transformer模型，我们可以将知识迁移到更小的学生模型中",
           "The teacher's knowledge moves into the student: its probabilities (dark knowledge) "
@@ -231,7 +250,8 @@ _CLAIMS = [
                         "12,000 reviews the teacher labelled, its answers alone may carry most "
                         "of what it knows",
                     over="transfer set (unlabelled reviews the teacher labels)"),
-          value_format=".2f"),
+          value_format="+.2f",
+          axis="soft − hard targets accuracy (points)"),
     Claim("quantization_raises_throughput", "004",
           "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
           "我们可以大幅减少计算成本并提高吞吐量",
@@ -247,12 +267,14 @@ _CLAIMS = [
                         "the conversions' as width, so narrow layers lose and wide ones can win, "
                         "by how much depending on the CPU's int8 and BF16 instructions",
                     over="width (model dimension d of a d → 2d → d block)"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="low precision ÷ FP32 speed (×)"),
     Claim("quantization_keeps_accuracy", "004",
           "……而不会显著降低模型精度。",
           "... without significantly lowering accuracy.",
           "07_quantization",
-          Rule("test accuracy change of the dynamic int8 model (points)", ">=", -INT8_TOLERANCE)),
+          Rule("test accuracy change of the dynamic int8 model (points)", ">=", -INT8_TOLERANCE),
+          value_format="+.2f"),
     Claim("quantization_keeps_accuracy_real_model", "004",
           "……而不会显著降低模型精度。",
           "... without significantly lowering accuracy: checked on a real pretrained model.",
@@ -268,7 +290,8 @@ _CLAIMS = [
                         "the weights' where rows differ in range",
                     over="activation bits (weights: one scale per tensor or per output "
                          "channel)"),
-          value_format=".2f"),
+          value_format="+.2f",
+          axis="int8 − FP32 topic accuracy (points)"),
     Claim("ddp_improves_stability", "004",
           "分布式训练……可以显著缩短训练时间，同时提高模型的稳定性和鲁棒性。",
           "Distributed training shortens training and also makes the model more stable and "
@@ -283,7 +306,8 @@ _CLAIMS = [
                         "what a larger batch does, which one device gets too, with gradient "
                         "accumulation",
                     over="global batch (one device's 16 × ranks)"),
-          value_format=".2f"),
+          value_format="+.2f",
+          axis="large − small batch accuracy (points)"),
     Claim("ddp_shortens_training", "004",
           "分布式训练就像在一个庞大的计算机网络中同时训练多个模型。它可以显著缩短训练时间……",
           "Distributed training markedly shortens training time.",
@@ -295,7 +319,8 @@ _CLAIMS = [
                     why="each rank computes on its own batch, while what a step costs beyond "
                         "that (the all-reduce of the whole gradient, the processes' own overheads) "
                         "does not shrink with it: the work per step decides whether the time a "
-                        "rank saves outweighs it")),
+                        "rank saves outweighs it"),
+          axis="DDP ÷ one core step speed (×)"),
     Claim("multicore_speeds_up", "004",
           "并行化利用多核CPU、GPU或TPU等并行计算架构，可以同时处理多个任务，显著加快训练和推理速度。",
           "Parallelism over multi-core CPUs (or GPUs, TPUs) markedly speeds up training.",
@@ -304,7 +329,8 @@ _CLAIMS = [
                "one thread (per-round ratio, rounds interleaved)", ">=", 1.2, log=True),
           Condition("batch", "sequences",
                     why="threads split each operation's work, and every parallel region costs "
-                        "a fixed synchronisation: small operations do not fill the cores")),
+                        "a fixed synchronisation: small operations do not fill the cores"),
+          axis="all cores ÷ one thread speed (×)"),
     Claim("sparse_attention_cuts_compute", "004",
           "优化注意力机制的计算，如使用稀疏注意力……可以大幅减少计算复杂度并降低内存消耗。",
           "Sparse attention greatly reduces the computation of attention (the memory half of "
@@ -317,7 +343,8 @@ _CLAIMS = [
                     why="a fixed window touches about 3 / (L / block) of the tiles: the work a "
                         "skipping kernel saves grows with L, while each kept tile costs more "
                         "than a tile of SDPA's fused kernel; short sequences have few tiles to "
-                        "skip")),
+                        "skip"),
+          axis="skipping kernel ÷ dense SDPA time (×)"),
     Claim("lowrank_attention_cuts_compute", "004",
           "优化注意力机制的计算，如使用……分解注意力……可以大幅减少计算复杂度并降低内存消耗。",
           "Factorized (low-rank) attention greatly reduces the computation of attention.",
@@ -330,7 +357,8 @@ _CLAIMS = [
                         "from dense attention's 4·L²·d FLOPs to about 8·L·r·d (scores, weighted "
                         "values and the r × L projections of K and V), while the softmax and each "
                         "call's fixed cost stay: at short lengths, a few times r, nothing is "
-                        "saved; whether and from where it pays is measured, not counted")),
+                        "saved; whether and from where it pays is measured, not counted"),
+          axis="low rank ÷ dense SDPA time (×)"),
     Claim("optimizations_keep_accuracy", "004",
           "优化通常不会显著降低模型精度，甚至可能会通过减少过拟合来提高精度。",
           "Optimization usually does not significantly lower accuracy, and may even raise it.",
@@ -353,7 +381,8 @@ _CLAIMS = [
                     why="how soon a run gets good depends on how long it is: over a few dozen "
                         "steps the optimizer whose first steps are largest leads; given enough "
                         "steps every optimizer that can reach the optimum does, and only the "
-                        "early part of the curve tells them apart")),
+                        "early part of the curve tells them apart"),
+          axis="adaptive − SGD mean accuracy (points)"),
     Claim("kv_cache_speeds_generation", "Raschka",
           "a KV cache stores intermediate key (K) and value (V) computations for reuse during "
           "inference, which results in a substantial speed-up when generating responses",
@@ -368,7 +397,8 @@ _CLAIMS = [
                         "computes one position. While the sequence is short, recomputing it costs "
                         "little more than one position, because each pass's fixed cost per call "
                         "(Python, small kernels) dominates: the cache pays as the sequence grows"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="cached ÷ uncached tokens/s (×)"),
     Claim("gqa_keeps_quality", "Ainslie",
           "We show that uptrained GQA achieves quality close to multi-head attention with "
           "comparable speed to MQA.",
@@ -385,7 +415,8 @@ _CLAIMS = [
                     why="the conversion averages each group's key/value projections, which loses "
                         "what the heads held apart; uptraining repairs it, and the fewer "
                         "key/value heads are kept the more there is to repair"),
-          value_format=".3f×"),
+          value_format=".3f×",
+          axis="fewer KV heads ÷ multi-head perplexity (×)"),
     Claim("speculative_decoding_speeds_generation", "Leviathan",
           "we demonstrate a 2X-3X acceleration compared to the standard T5X implementation, "
           "with identical outputs",
@@ -404,7 +435,8 @@ _CLAIMS = [
                         "right, and wastes more draft passes once it disagrees. Two more "
                         "quantities decide it, measured beside the verdict: how often the draft "
                         "is right (α) and what a draft pass costs against a target pass (c)"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="speculative ÷ greedy speed (×)"),
     Claim("quantization_speeds_decoding", "004",
           "将Transformer模型的参数和激活函数转换为低精度格式（如 int8 或 float16），"
           "我们可以大幅减少计算成本并提高吞吐量",
@@ -419,7 +451,8 @@ _CLAIMS = [
                         "matrices' bytes grow as width², the per-call costs (quantizing the "
                         "activations, Python, small kernels) stay; a model whose weights fit "
                         "in the CPU's caches saves no memory traffic at all"),
-          value_format=".2f×"),
+          value_format=".2f×",
+          axis="int8 ÷ FP32 tokens/s (×)"),
 ]
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 
@@ -436,7 +469,8 @@ _DEMONSTRATIONS = [
                   "true only from the width where the parameter state overtakes the activations, "
                   "and that width grows with the inputs: small models on long inputs are driven by "
                   "their activations",
-                  formula="parameter state = 16 bytes × P, P ≈ 12 · layers · width² (+ the "
+                  formula="parameter state = 16 bytes × P, P ≈ 8 · layers · width² (4 width² "
+                          "of attention and 4 of a feed-forward twice as wide, + the "
                           "embeddings); stored activations = (a + b · width) · batch + c, the "
                           "constants counted at widths 64 and 128"),
     Demonstration("fp16_saves_memory", "000",
@@ -446,11 +480,13 @@ _DEMONSTRATIONS = [
                   "training memory (FP32 parameter state + stored activations) of the teacher "
                   "under FP16 autocast ÷ in FP32, counted exactly at each batch; the ratio falls "
                   "as the batch grows, as the formula says",
-                  "true only from the batch where the 16-bit activations save more than "
-                  "autocast's 16-bit weight copies add: the parameter state stays FP32",
-                  formula="FP32: 16·P + A(batch); FP16 autocast: 16·P + 2·P_cast + A₁₆(batch), "
-                          "with A₁₆ about half of A for the tensors autocast stores in 16 bits; "
-                          "the ratio tends to A₁₆ / A as the batch grows"),
+                  "true for the activations only: the FP32 parameter state stays, so the saving "
+                  "grows with the batch, towards the activations' own 16-bit ratio, and is small "
+                  "where the parameter state dominates",
+                  formula="FP32: 16·P + A(batch); FP16 autocast: 16·P + A₁₆(batch), where A₁₆ "
+                          "counts the activations autocast stores in 16 bits and the 16-bit "
+                          "copies of the weights it casts; the ratio tends to A₁₆ / A as the "
+                          "batch grows"),
     Demonstration("pruning_shrinks_model", "004",
                   "去除冗余的参数和连接，可以大幅减小模型大小",
                   "Pruning redundant weights greatly shrinks the model.",
@@ -466,8 +502,8 @@ _DEMONSTRATIONS = [
                           "1/3 (int64) or 1/2 (int32)"),
     Demonstration("activations_dominate_training_memory", "000",
                   "激活和中間狀態存儲：在訓練過程中，需要存儲前向傳播中的中間激活狀態……這增加了額外的內存負擔。",
-                  "Training must store the forward pass's activations for backward, an extra "
-                  "memory burden: the burden that makes training run out of memory.",
+                  "Training must store the forward pass's activations for backward: an extra "
+                  "memory burden.",
                   "09_memory",
                   "the activations' share of a training step's peak from the calculator "
                   "(memory.anatomy) at each length, width and batch; the lesson checks the "
@@ -503,7 +539,8 @@ _DEMONSTRATIONS = [
                   "alike; with eps = 1e-4, which FP16 can store, it leaves none",
                   "model.half() breaks on the optimizer's arithmetic, not on regression: 1e-8 "
                   "rounds to 0 in FP16, so a weight whose gradient is exactly 0 gets the update "
-                  "0 / (0 + 0) = NaN, whatever the task"),
+                  "0 / (0 + 0) = NaN, whatever the task",
+                  formula="FP16's smallest subnormal is 2⁻²⁴ ≈ 6.0e-8, so eps = 1e-8 is stored as 0, and a weight whose gradient is 0 gets the update m̂ / (√v̂ + eps) = 0 / (0 + 0) = NaN"),
     Demonstration("masks_do_not_shrink", "004",
                   "去除冗余的参数和连接，可以大幅减小模型大小",
                   "Pruning greatly shrinks the model (done with torch.nn.utils.prune's masks).",
@@ -512,7 +549,8 @@ _DEMONSTRATIONS = [
                   "and a float weight_mask for every pruned tensor, so its bytes exceed the dense "
                   "model's; after prune.remove they equal the dense model's (to within 1%)",
                   "false for masks: they are how pruning is found, not how it is stored; the "
-                  "size falls only when the zeros leave (structure removed, or a sparse format)"),
+                  "size falls only when the zeros leave (structure removed, or a sparse format)",
+                  formula="a pruned tensor of n weights stores weight_orig (4·n bytes) and a float weight_mask (4·n): twice its dense bytes; after prune.remove, 4·n again"),
     Demonstration("masks_keep_dense_compute", "004",
                   "去除冗余的参数和连接，可以大幅减小……计算复杂度",
                   "Pruning greatly cuts the computation (done with torch.nn.utils.prune's masks).",
@@ -521,7 +559,8 @@ _DEMONSTRATIONS = [
                   "shape, recomputed as weight_orig * weight_mask by a forward pre-hook before "
                   "each call: the same matrix products plus one multiply per weight",
                   "false for masks: the zeros are multiplied like any other number, so the "
-                  "masked model does at least the dense model's work"),
+                  "masked model does at least the dense model's work",
+                  formula="a masked Linear does the dense matmul's 2·n·tokens FLOPs, plus n multiplies for weight_orig * weight_mask before each call"),
     Demonstration("ddp_equals_large_batch", "004",
                   "分布式训练……可以显著缩短训练时间，同时提高模型的稳定性和鲁棒性。",
                   "Distributed training ... makes the model more stable and robust (than what?).",
@@ -530,7 +569,8 @@ _DEMONSTRATIONS = [
                   "accumulating N micro-batches of b end with the same parameters after the same "
                   "plain-SGD steps, to float rounding (largest difference ≤ 1e-4)",
                   "DDP itself makes no model steadier: it computes the large-batch update, so its "
-                  "stability is the large batch's, which the claim's verdict measures"),
+                  "stability is the large batch's, which the claim's verdict measures",
+                  formula="the gradient of the mean loss over N·b examples is the mean over the N ranks of each rank's gradient over its b: ∇(1/(N·b) Σ ℓ) = 1/N Σ_rank ∇(1/b Σ_rank ℓ), which is what DDP's all-reduce averages"),
     Demonstration("float_layouts", "000",
                   "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
                   "FP64/FP32/FP16 have 52/23/10 bits of precision.",
@@ -538,7 +578,8 @@ _DEMONSTRATIONS = [
                   "the fraction bits torch stores (torch.finfo) for each format equal the "
                   "article's numbers",
                   "true of the stored fraction bits; the precision of a normal number is one bit "
-                  "more (53, 24, 11), because the leading 1 is implicit"),
+                  "more (53, 24, 11), because the leading 1 is implicit",
+                  formula="precision = stored fraction bits + 1 (the implicit leading 1 of a normal number): 52 + 1, 23 + 1, 10 + 1"),
 ]
 DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
 

@@ -14,8 +14,8 @@ Points not measured (None) are listed apart and never change the word. Points wh
 differ only within noise are not a condition: before the word names a boundary, the holding
 points must differ from the others by more than noise (``differs``: a pairwise test at 95% with a
 Bonferroni correction for the number of pairs compared); where none does, the points are pooled
-(inverse-variance weighted mean) and the word is the pooled result (holds, holds nowhere or
-unresolved).
+(``pool``: their common value, with no more precision than the best of them) and the word is the
+pooled result (holds, holds nowhere or unresolved).
 
 What follows from arithmetic (counts, calculators, FLOP formulas) is not judged at all: it is a
 ``Demonstration``. A sweep whose every point is exact (standard error 0) is refused unless the
@@ -179,17 +179,22 @@ def differs(a: Estimate, b: Estimate, *, log: bool, confidence: float) -> bool:
 
 
 def pool(estimates: list[Estimate], *, log: bool) -> Estimate:
-    """The inverse-variance weighted mean of estimates of one quantity (on the log scale for
-    ratios), with the summed degrees of freedom; exact ones (se 0) are their plain mean."""
+    """The common value of estimates that agree within noise: their inverse-variance weighted
+    mean (on the log scale for ratios), with the error of the most precise of them, never less.
+    Points of one sweep often share what they are measured against (the same baseline runs,
+    the same seeds, the same test set), so pooling them cannot be trusted to add precision the
+    way independent measurements would: it only lets the common value, not one point, decide.
+    Exact estimates (se 0) give their plain mean."""
     vals = [math.log(e.value) if log else e.value for e in estimates]
     ses = [e.se / e.value if log else e.se for e in estimates]
     if any(s == 0 for s in ses):
         exact = [v for v, s in zip(vals, ses) if s == 0]
-        m, s = sum(exact) / len(exact), 0.0
+        m, s, dof = sum(exact) / len(exact), 0.0, math.inf
     else:
         w = [1 / s ** 2 for s in ses]
-        m, s = sum(wi * v for wi, v in zip(w, vals)) / sum(w), math.sqrt(1 / sum(w))
-    dof = float(sum(e.dof for e in estimates))
+        m = sum(wi * v for wi, v in zip(w, vals)) / sum(w)
+        best = min(range(len(ses)), key=ses.__getitem__)
+        s, dof = ses[best], float(estimates[best].dof)
     if log:
         return Ratio(math.exp(m), math.exp(m) * s, dof)
     return Estimate(m, s, dof)

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 OUTCOMES = ("holds", "fails", "inconclusive")
+# The course's one confidence level: every interval an Estimate prints and every rule's default.
+CONFIDENCE = 0.95
+_Q = 0.5 + CONFIDENCE / 2        # the two-sided interval's upper quantile
 _SYMBOL = {">=": "≥", "<=": "≤"}
 
 
@@ -49,7 +53,7 @@ class Estimate(NamedTuple):
             return (self.value, self.value)
         if not math.isfinite(self.se):
             return (0.0 if self.log else -math.inf, math.inf)
-        h = t_quantile(0.975, self.dof) * self.se
+        h = t_quantile(_Q, self.dof) * self.se
         if self.log and self.value > 0:
             f = math.exp(h / self.value)
             return (self.value / f, self.value * f)
@@ -68,7 +72,7 @@ class Estimate(NamedTuple):
         infinite when the noise is unknown)."""
         if self.se == 0:
             return 0.0
-        return math.inf if not math.isfinite(self.se) else t_quantile(0.975, self.dof) * self.se
+        return math.inf if not math.isfinite(self.se) else t_quantile(_Q, self.dof) * self.se
 
     def __format__(self, spec: str) -> str:
         """``f"{e:+.1f}"`` gives ``+2.3 ± 0.4`` (the 95% half-width), ``f"{e:.2f×}"`` gives
@@ -76,7 +80,7 @@ class Estimate(NamedTuple):
         ``(one sample)`` when the noise is unknown, the value alone when exact."""
         ratio = spec.endswith(("×", "x"))
         spec = spec[:-1] if ratio else spec
-        value = format(self.value, spec) + ("×" if ratio else "")
+        value = _signed_zero(format(self.value, spec), spec) + ("×" if ratio else "")
         if self.se == 0 or not math.isfinite(self.value):
             return value
         if not math.isfinite(self.se):
@@ -86,6 +90,13 @@ class Estimate(NamedTuple):
             lo, hi = self.interval
             return f"{value} ({format(lo, plain)}–{format(hi, plain)})"
         return f"{value} ± {format(self.half_width, plain)}"
+
+
+def _signed_zero(text: str, spec: str) -> str:
+    """A value that rounds to zero printed without a minus sign ("-0.00" reads as a loss)."""
+    if text.startswith("-") and re.fullmatch(r"-[0.,]*%?", text):
+        return ("+" if "+" in spec else "") + text[1:]
+    return text
 
 
 class Ratio(Estimate):
@@ -132,7 +143,7 @@ class Rule:
     quantity: str          # what is measured, with its unit, in words
     direction: str         # ">=": the claim holds when the quantity is at least the threshold
     threshold: float
-    confidence: float = 0.95   # two-sided interval around the measurement
+    confidence: float = CONFIDENCE   # two-sided interval around the measurement
     log: bool = False          # a ratio: judged with its interval on the log scale (see Estimate)
 
     def __post_init__(self) -> None:
@@ -314,7 +325,14 @@ def speedup(slow: list[float], fast: list[float], *, paired: bool = True) -> Est
             raise ValueError(f"paired slow and fast need as many repeats, got {len(slow)} and "
                              f"{len(fast)}")
         return geometric_mean([a / b for a, b in zip(slow, fast)])
-    a, b = mean_and_se(list(slow)), mean_and_se(list(fast))
+    return quotient(mean_and_se(list(slow)), mean_and_se(list(fast)))
+
+
+def quotient(a: Estimate, b: Estimate) -> Estimate:
+    """``a / b`` for two independent estimates: relative errors in quadrature, the smaller
+    degrees of freedom (conservative); a ``Ratio``."""
+    if not (a.value > 0 and b.value > 0):
+        raise ValueError(f"a quotient needs two positive values, got {a.value} and {b.value}")
     value = a.value / b.value
     return Ratio(value, value * math.hypot(a.se / a.value, b.se / b.value), min(a.dof, b.dof))
 
@@ -327,7 +345,7 @@ def seeds_for_interval(differences: list[float], half_width: float) -> int:
         raise ValueError("differences must hold at least 2 values and half_width must be > 0")
     sd = statistics.stdev(differences)
     n = 2
-    while t_quantile(0.975, n - 1) * sd / math.sqrt(n) > half_width:
+    while t_quantile(_Q, n - 1) * sd / math.sqrt(n) > half_width:
         n += 1
     return n
 
@@ -340,6 +358,26 @@ def geometric_mean(ratios: list[float]) -> Estimate:
     logs = mean_and_se([math.log(r) for r in ratios])
     value = math.exp(logs.value)
     return Ratio(value, value * logs.se if math.isfinite(logs.se) else math.inf, logs.dof)
+
+
+def over_seeds(values: Sequence[float], test_ses: Sequence[float], *,
+               test_dof: float = math.inf) -> Estimate:
+    """One noise model for a result measured over seeds on one shared test set: the mean of the
+    seeds' ``values``, with a standard error that keeps the test set's own noise (the seeds share
+    its examples, so averaging them does not shrink it: the mean of their squared ``test_ses``)
+    and adds the spread the seeds cause (their variance over their number); Welch-Satterthwaite
+    degrees of freedom. One seed: its test-set error alone."""
+    if not values or len(values) != len(test_ses):
+        raise ValueError("values and test_ses must be non-empty and as long as each other")
+    k = len(values)
+    test = statistics.fmean(s * s for s in test_ses)
+    between = statistics.variance(values) / k if k > 1 else 0.0
+    se2 = test + between
+    if se2 == 0:
+        return Estimate(statistics.fmean(values), 0.0, math.inf)
+    dof = se2 ** 2 / ((test ** 2 / test_dof if test else 0.0)
+                      + (between ** 2 / (k - 1) if k > 1 and between else 0.0))
+    return Estimate(statistics.fmean(values), math.sqrt(se2), dof)
 
 
 def across_rounds(rounds: Sequence[Mapping]) -> dict:
@@ -368,12 +406,12 @@ def paired_accuracy_change(correct_before, correct_after) -> Estimate:
     if not any(d):
         # No example changed: the sample spread is 0, but n examples only bound how often the
         # two models disagree, below 3/n at 95% (the rule of three): that bound is the interval.
-        return Estimate(0.0, 100 * 3 / n / t_quantile(0.975, max(1, n - 1)), float(max(1, n - 1)))
+        return Estimate(0.0, 100 * 3 / n / t_quantile(_Q, max(1, n - 1)), float(max(1, n - 1)))
     var = sum((v - mean) ** 2 for v in d) / max(1, n - 1)
     return Estimate(100 * mean, 100 * math.sqrt(var / n), float(max(1, n - 1)))
 
 
-def difference_call(e: Estimate, *, confidence: float = 0.95) -> str:
+def difference_call(e: Estimate, *, confidence: float = CONFIDENCE) -> str:
     """A measured difference in words: "a gain" or "a loss" when its interval (Student's t for
     its degrees of freedom) excludes 0, else "within the noise"."""
     half = t_quantile(0.5 + confidence / 2, e.dof) * e.se

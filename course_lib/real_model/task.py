@@ -20,6 +20,8 @@ The sentences depend on the Python version (its docstrings change); the lesson s
 """
 from __future__ import annotations
 
+import math
+
 import random
 import sys
 import sysconfig
@@ -213,7 +215,7 @@ def mean_se(values: torch.Tensor, clusters: torch.Tensor | None = None) -> float
     from the mean, squared, summed, over n²), which does not count correlated items as news."""
     n = len(values)
     if n < 2:
-        return 0.0
+        return math.inf        # one value: its noise is unknown (verdicts.mean_and_se's convention)
     v = values.double()
     if clusters is None:
         return float(v.std() / n ** 0.5)
@@ -233,9 +235,11 @@ def pool_runs(runs: Sequence[Mapping], name: str) -> dict[str, float]:
     their number)."""
     diffs = torch.tensor([r["scores"][name]["diff_points"] for r in runs], dtype=torch.float64)
     ses = torch.tensor([r["scores"][name]["diff_se"] for r in runs], dtype=torch.float64)
+    from course_lib.measure.verdicts import over_seeds
+
     k = len(runs)
-    between = float(diffs.var()) / k if k > 1 else 0.0
-    return {"diff_points": float(diffs.mean()), "diff_se": (float(ses.pow(2).mean()) + between) ** 0.5,
+    pooled = over_seeds(diffs.tolist(), ses.tolist())
+    return {"diff_points": pooled.value, "diff_se": pooled.se,
             "test_se": float(ses.pow(2).mean() ** 0.5), "between_sd": float(diffs.std()) if k > 1 else 0.0,
             "runs": k, "ratio": float(sum(r["scores"][name]["ratio"] for r in runs) / k),
             "accuracy": float(sum(r["scores"][name]["accuracy"] for r in runs) / k)}

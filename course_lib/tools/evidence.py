@@ -20,8 +20,9 @@ rests on.
     python -m course_lib.tools.evidence int8_topic_task --seeds 0 1 2             # ~5 min
     python -m course_lib.tools.evidence ladder_multiply --rounds 20               # ~5 min
     python -m course_lib.tools.evidence gqa_uptrain --seeds 1 2 3                 # ~8 min
-    python -m course_lib.tools.evidence int8_throughput --rounds 5                # ~4 min
-    python -m course_lib.tools.evidence sparse_over_length --rounds 5             # ~4 min
+    python -m course_lib.tools.evidence int8_throughput --rounds 5                # ~2 min
+    python -m course_lib.tools.evidence sparse_over_length --rounds 5             # ~2 min
+    python -m course_lib.tools.evidence lowrank_over_length --rounds 5            # ~1 min
 
 ``teacher_convergence`` trains the baseline's recipe (``core.checkpoints.BaselineRecipe``) from
 several seeds with the validation accuracy after every epoch: the evidence that its budget is
@@ -107,7 +108,7 @@ EVIDENCE_DIR = data_dir("evidence")   # data/evidence, or the installed wheel's 
 EVIDENCE = ("teacher_convergence", "student_ceiling", "fp16_regression", "sorted_batching",
             "pruning_budget", "distillation_transfer", "ddp_stability", "ddp_speed",
             "optimizer_race", "int8_topic_task", "ladder_multiply", "gqa_uptrain",
-            "int8_throughput", "sparse_over_length")
+            "int8_throughput", "sparse_over_length", "lowrank_over_length")
 SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
@@ -341,17 +342,22 @@ def main(argv: list[str] | None = None) -> None:
                               command=f"python -m course_lib.tools.evidence ladder_multiply --rounds {args.rounds}")
         print(f"wrote {path}")
         return
-    elif args.name in ("int8_throughput", "sparse_over_length"):
+    elif args.name in ("int8_throughput", "sparse_over_length", "lowrank_over_length"):
         if args.rounds < 2:
             raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
         if args.name == "int8_throughput":    # lesson 07's sweep, at its default widths
             from course_lib.quant.sweep import evidence as run_rounds
             body = run_rounds([128, 256, 384, 512, 1024], [1, 32], rounds=args.rounds)
-        else:                                 # lesson 11's sweep: one thread, as the lesson
+        elif args.name == "sparse_over_length":   # lesson 11's sweeps: one thread, as the lesson
             from course_lib.attention.sparse import evidence as run_rounds
             torch.set_num_threads(1)
             body = run_rounds([512, 1024, 2048, 4096], rounds=args.rounds, window=64,
                               block_size=128, batch=1, heads=4, head_dim=64)
+        else:
+            from course_lib.attention.lowrank import evidence as run_rounds
+            torch.set_num_threads(1)
+            body = run_rounds([512, 1024, 2048, 4096], rank=256, rounds=args.rounds, batch=1,
+                              heads=4, head_dim=64)
         body["threads"] = torch.get_num_threads()
         path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
                               command=f"python -m course_lib.tools.evidence {args.name} "

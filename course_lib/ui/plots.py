@@ -360,3 +360,20 @@ def sparsity_bars(report: Sequence[dict], *, ax, title: str = "") -> None:
     unpruned = [n for n, r in zip(names, report) if not r["pruned"]]
     ax.set_xlabel("weight tensor" + (f" (not pruned: {', '.join(unpruned)})" if unpruned else ""))
     ax.set_title(title)
+
+
+def spaced_log_ticks(lo: float, hi: float, *, per_axis: int = 12) -> list[float]:
+    """Round values (1, 1.5, 2, 3, 5 times a power of ten) inside ``[lo, hi]`` for a log axis,
+    each at least ``1 / per_axis`` of the axis's log range from the one before, so labels never
+    run into each other however many decades the data spans (1 is kept whenever it is inside)."""
+    if not 0 < lo < hi:
+        raise ValueError(f"lo and hi must satisfy 0 < lo < hi, got {lo}, {hi}")
+    gap = math.log10(hi / lo) / per_axis
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    candidates = sorted({round(m * 10.0 ** e, 12) for e in decades for m in (1, 1.5, 2, 3, 5)})
+    inside = [t for t in candidates if lo <= t <= hi]
+    kept: list[float] = [1.0] if lo <= 1 <= hi else []
+    for t in inside:
+        if all(abs(math.log10(t / k)) >= gap for k in kept):
+            kept.append(t)
+    return sorted(kept)

@@ -11,12 +11,14 @@ learner's point in about 30 words; the table under the map lists every point. Le
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 from collections.abc import Sequence
 
 from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
 from course_lib.measure.judging import Point, Shown, Verdict
 from course_lib.measure.verdicts import Estimate, Ratio
+from course_lib.ui.plots import spaced_log_ticks
 
 COLOURS = {"holds": "#2a7d2a", "fails": "#C44E52", "inconclusive": "#8c8c8c"}
 _SYMBOL = {">=": "≥", "<=": "≤"}
@@ -48,9 +50,9 @@ def _span(claim, run: list[float]) -> str:
 
 
 def _at(claim, x: float) -> str:
-    """A point of the condition in a sentence: "1,024 tokens" where the unit says what it is,
-    "width 512" where the name must."""
-    return _x(claim, x) if claim.condition.unit else claim.condition.at(x)
+    """A point of the condition in a sentence, in the condition's own words: "width 512",
+    "a pool of 1,600 reviews", "batch per rank 8 sequences"."""
+    return claim.condition.at(x)
 
 
 def _where_it_holds(claim, points: list[Point], *, detail: bool = True) -> str:
@@ -78,6 +80,15 @@ def _where_it_holds(claim, points: list[Point], *, detail: bool = True) -> str:
     return f"from {_at(claim, run[0])} to {_x(claim, run[-1])}"
 
 
+def _distinct(series: list[str]) -> dict[str, str]:
+    """Each series' name without what all of them share up to a comma ("int8 block, batch 1"
+    and "int8 block, batch 32" read "batch 1" and "batch 32")."""
+    short = [_short(x) for x in series]
+    common = os.path.commonprefix(short)
+    cut = common.rfind(", ") + 2 if ", " in common else 0
+    return {x: s[cut:] or s for x, s in zip(series, short)}
+
+
 def _short(series: str) -> str:
     """A series' name in a sentence: up to its first parenthesis."""
     return series.split(" (")[0]
@@ -86,11 +97,11 @@ def _short(series: str) -> str:
 def _learner(v: Verdict, claim) -> str:
     p = v.learner
     whose = "your point" if v.source == "live" else "your point (evidence)"
-    where = _at(claim, p.at) + (f", {_short(p.series)}" if p.series and len(
-        {q.series for q in v.points}) == 2 else "")
+    series = list(dict.fromkeys(q.series for q in v.points))
+    where = _at(claim, p.at) + (f", {_distinct(series)[p.series]}" if len(series) == 2 else "")
     if not p.measured:
         return f"{whose} at {where} was not measured"
-    return f"{whose} at {where}: {format(p.estimate(claim), claim.value_format)}, {p.outcome}"
+    return f"{whose} at {where}: {format(p.estimate(claim), claim.fmt)}, {p.outcome}"
 
 
 def _head(v: Verdict, claim) -> str:
@@ -99,9 +110,9 @@ def _head(v: Verdict, claim) -> str:
     if v.pooled is not None:
         result = {"holds": "holds", "holds nowhere": "fails", "unresolved": "is unresolved"}
         head = (f"the points agree within noise; pooled, it {result[v.outcome]}: "
-                f"{format(v.pooled, claim.value_format)} ({bar})")
+                f"{format(v.pooled, claim.fmt)} ({bar})")
     elif v.outcome == "unresolved":
-        head = f"unresolved: every interval straddles the {bar}"
+        head = f"unresolved: every point's interval reaches both sides of the {bar}"
     else:
         by_series = {}
         for p in sorted(v.measured_points, key=lambda p: p.at):
@@ -109,16 +120,17 @@ def _head(v: Verdict, claim) -> str:
         if len(by_series) == 1:
             head = "holds " + _where_it_holds(claim, next(iter(by_series.values())))
         elif len(by_series) == 2:   # each series its region, briefly (the map says the rest)
-            head = "by series, " + "; ".join(
-                f"{_short(s)} holds {_where_it_holds(claim, pts, detail=False)}"
+            names = _distinct(list(by_series))
+            head = "holds " + " and ".join(
+                f"{_where_it_holds(claim, pts, detail=False)} ({names[s]})"
                 for s, pts in by_series.items())
         else:                       # many series: the learner's named, the others counted
             mine = v.learner.series if v.learner.series in by_series else next(iter(by_series))
             others = [pts for s, pts in by_series.items() if s != mine]
             some = sum(any(p.outcome == "holds" for p in pts) for pts in others)
-            head = (f"for {_short(mine)} it holds "
-                    f"{_where_it_holds(claim, by_series[mine], detail=False)}; {some} of the "
-                    f"other {len(others)} series hold somewhere (the map shows where)")
+            head = (f"for {_short(mine)}, holds "
+                    f"{_where_it_holds(claim, by_series[mine], detail=False)} ({some} of "
+                    f"{len(others)} other series hold somewhere)")
     missing = v.unmeasured_points
     if missing:
         head += f" (not measured at {', '.join(f'{p.at:,g}' for p in missing)})"
@@ -134,21 +146,28 @@ def sentence(v: Verdict) -> str:
         if v.value is None:
             return f"{v.outcome.capitalize()}: not measured."
         est = (Ratio if claim.rule.log else Estimate)(v.value, v.se, v.dof)
-        return f"{v.outcome.capitalize()}: {format(est, claim.value_format)}."
+        return f"{v.outcome.capitalize()}: {format(est, claim.fmt)}."
     head = _head(v, claim)
     return f"{head[0].upper()}{head[1:]}; {_learner(v, claim)}."
 
 
 def clause(v: Verdict) -> str:
-    """The verdict as part of a sentence a learner would write: "holds from width 512 (at your
-    point it fails)"; a one-point verdict's outcome."""
+    """The verdict as part of a sentence a learner would write: "holds from width 512; at your
+    point it fails", the learner's outcome added where the word leaves it open; a one-point
+    verdict's outcome."""
     if not v.points:
         return v.outcome
     claim = CLAIMS[v.claim]
+    head = _head(v, claim)
+    if head.startswith("unresolved"):
+        head = "is " + head
     p = v.learner
-    mine = "your point was not measured" if not p.measured else "at your point " + {
-        "holds": "it holds", "fails": "it fails", "inconclusive": "it is unresolved"}[p.outcome]
-    return f"{_head(v, claim)} ({mine})"
+    if not p.measured:
+        return f"{head} (your point was not measured)"
+    if v.pooled is not None or v.outcome in ("holds", "unresolved"):
+        return head                        # the word already says what the learner's point is
+    mine = {"holds": "it holds", "fails": "it fails", "inconclusive": "it is inconclusive"}
+    return f"{head}; at your point {mine[p.outcome]}"
 
 
 def markdown(v: Verdict) -> str:
@@ -162,19 +181,29 @@ def markdown(v: Verdict) -> str:
     return (f"**Claim** ({c.article}): “{c.original}” — {c.english}  \n"
             f"**Evidence:** {v.evidence}{where}  \n"
             f"**Rule:** {c.rule.text(exact=exact)}.{why}  \n"
-            f"**Verdict: {v.outcome}.** {sentence(v)}")
+            f"**Verdict:** {sentence(v)}")
+
+
+def _xlabel(c) -> str:
+    """The condition as an axis or column label, with its unit."""
+    cond = c.condition
+    label = cond.over or cond.name
+    return label + (f" ({cond.unit})" if cond.unit and f"({cond.unit}" not in label else "")
 
 
 def points_table(v: Verdict) -> str:
-    """Every point of the sweep as a markdown table, the learner's in bold."""
+    """Every point of the sweep as a markdown table, in the condition's order per series, the
+    learner's in bold."""
     c = CLAIMS[v.claim]
     series = any(p.series for p in v.points)
+    exact = all(p.se == 0 for p in v.points if p.measured)
     head = (("| series " if series else "")
-            + f"| {c.condition.name} | value (95% interval) | outcome |")
+            + f"| {_xlabel(c)} | value ({'exact' if exact else '95% interval'}) | outcome |")
     rule = ("|---" if series else "") + "|---:|---|---|"
+    order = list(dict.fromkeys(p.series for p in v.points))
     rows = []
-    for p in v.points:
-        value = format(p.estimate(c), c.value_format) if p.measured else "not measured"
+    for p in sorted(v.points, key=lambda p: (order.index(p.series), p.at)):
+        value = format(p.estimate(c), c.fmt) if p.measured else "not measured"
         cells = ([p.series] if series else []) + [f"{p.at:,g}", value,
                                                   p.outcome if p.measured else "–"]
         if p == v.learner:
@@ -184,73 +213,99 @@ def points_table(v: Verdict) -> str:
 
 
 def _ylabel(c) -> str:
+    """The measured quantity as an axis label: the claim's own short label where it has one."""
+    if c.axis:
+        return "\n".join(textwrap.wrap(c.axis, 34)[:3])
     q = c.rule.quantity
     for stop in (" (", ";", ":"):
         q = q.split(stop)[0]
     return "\n".join(textwrap.wrap(q + (" (ratio)" if c.rule.log else ""), 34)[:3])
 
 
+def _set_xscale(ax, xs: list[float]) -> str:
+    """Log (base 2) where the sweep spans a factor 8 or more, symlog from 0; returns which."""
+    positive = [x for x in xs if x > 0]
+    if positive and max(positive) / min(positive) >= 8:
+        if min(xs) > 0:
+            ax.set_xscale("log", base=2)
+            return "log"
+        if min(xs) == 0:          # a sweep from 0 (no offset, no budget): log beyond 0
+            ax.set_xscale("symlog", base=2, linthresh=min(positive))
+            return "symlog"
+    return "linear"
+
+
 def verdict_map(v: Verdict, *, ax, reference: Sequence[Verdict] = (),
                 reference_label: str = "reference run") -> None:
     """Draw ``v``'s map on ``ax`` (see the module docstring); ``reference``: the same claim's
     verdicts from reference runs (or, beside a verdict on committed evidence, this run's
-    replicate: ``reference_label`` says which), drawn faint behind."""
+    replicate: ``reference_label`` says which), drawn faint behind. Series measured at the same
+    points are drawn a little apart, so that no marker hides another."""
     c = CLAIMS[v.claim]
     if not v.points:
         raise ValueError(f"verdict_map draws a sweep; claim {v.claim!r} was judged at one point")
     series = list(dict.fromkeys(p.series for p in v.points))
     measured = v.measured_points
+    xs = [q.at for q in v.points]
+    scale = _set_xscale(ax, xs)
+    width = (max(xs) - min(xs)) or 1.0
+
+    def shifted(x: float, s: str) -> float:
+        k = _index(series, s) - (len(series) - 1) / 2
+        if len(series) < 2:
+            return x
+        return x * 1.04 ** k if scale == "log" or (scale == "symlog" and x > 0) else x + 0.012 * width * k
+
     for ref in reference:
         for p in ref.measured_points:
-            ax.plot(p.at, p.value, MARKERS[_index(series, p.series)], color=COLOURS[p.outcome],
-                    alpha=0.25, ms=6, zorder=1)
+            ax.plot(shifted(p.at, p.series), p.value, MARKERS[_index(series, p.series)],
+                    color=COLOURS[p.outcome], alpha=0.25, ms=6, zorder=1)
     for i, s in enumerate(series):
         pts = sorted((p for p in measured if p.series == s), key=lambda p: p.at)
         if len(pts) > 1:
-            ax.plot([p.at for p in pts], [p.value for p in pts], "-", color="#bbbbbb", lw=1,
-                    zorder=2, label=s or None)
+            ax.plot([shifted(p.at, s) for p in pts], [p.value for p in pts], "-", color="#bbbbbb",
+                    lw=1, zorder=2)
         for p in pts:
             lo, hi = p.estimate(c).errors
             err = [[lo], [hi]] if math.isfinite(lo) and math.isfinite(hi) else None
-            ax.errorbar(p.at, p.value, yerr=err, fmt=MARKERS[i % len(MARKERS)],
+            ax.errorbar(shifted(p.at, s), p.value, yerr=err, fmt=MARKERS[i % len(MARKERS)],
                         color=COLOURS[p.outcome], ms=7, capsize=3, zorder=3)
     ax.axhline(c.rule.threshold, color="k", ls="--", lw=1, zorder=0)
     for p in v.unmeasured_points:
-        ax.plot(p.at, c.rule.threshold, "x", color="#555555", ms=8, zorder=3)
+        ax.plot(shifted(p.at, p.series), c.rule.threshold, "x", color="#555555", ms=8, zorder=3)
     if v.pooled is not None:
         lo, hi = v.pooled.interval
         if math.isfinite(lo) and math.isfinite(hi):
-            ax.axhspan(lo, hi, color="#4C72B0", alpha=0.12, zorder=0,
-                       label="pooled (points agree within noise)")
+            ax.axhspan(lo, hi, color="#4C72B0", alpha=0.12, zorder=0)
     p = v.learner
     if p is not None:
         y = p.value if p.measured else c.rule.threshold
-        ax.plot(p.at, y, "o", ms=16, mfc="none", mec="k", mew=1.5, zorder=4)
-    xs = [q.at for q in v.points]
-    positive = [x for x in xs if x > 0]
-    if positive and max(positive) / min(positive) >= 8:
-        if min(xs) > 0:
-            ax.set_xscale("log", base=2)
-        elif min(xs) == 0:          # a sweep from 0 (no offset, no budget): log beyond 0
-            ax.set_xscale("symlog", base=2, linthresh=min(positive))
+        ax.plot(shifted(p.at, p.series), y, "o", ms=16, mfc="none", mec="k", mew=1.5, zorder=4)
     if c.rule.log and all(q.value > 0 for q in measured):
         ax.set_yscale("log")
-    ticks = _spaced(ax, sorted(set(xs)))
+        lo, hi = ax.get_ylim()
+        ticks = spaced_log_ticks(lo, hi, per_axis=8)
+        if len(ticks) >= 2:
+            from matplotlib.ticker import NullLocator
+            ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+            ax.yaxis.set_minor_locator(NullLocator())
+    ticks = _spaced(ax, sorted(set(xs)), keep=p.at if p is not None else None)
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{x:,g}" for x in ticks])
-    cond = c.condition
-    ax.set_xlabel("\n".join(textwrap.wrap(cond.over or (cond.name + (f" ({cond.unit})" if cond.unit
-                                                                    else "")), 60)))
+    ax.set_xlabel("\n".join(textwrap.wrap(_xlabel(c), 60)))
     ax.set_ylabel(_ylabel(c))
-    ax.set_title(f"{textwrap.shorten(c.english, 70, placeholder='…')}\nverdict: {v.outcome}",
-                 fontsize=10)
+    ax.set_title(f"{textwrap.shorten(c.english, 70, placeholder='…')}\nverdict: "
+                 f"{textwrap.shorten(_head(v, c), 70, placeholder='…')}", fontsize=10)
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
     handles = [Line2D([], [], marker="o", ls="", color=COLOURS[o], label=o) for o in COLOURS]
     handles.append(Line2D([], [], ls="--", lw=1, color="k",
                           label=f"bar {_SYMBOL[c.rule.direction]} {c.rule.threshold:g}"))
     if p is not None:
         handles.append(Line2D([], [], marker="o", ms=10, mfc="none", mec="k", ls="",
                               label="your point"))
+    if v.pooled is not None:
+        handles.append(Patch(color="#4C72B0", alpha=0.12, label="pooled, 95% interval"))
     if len(series) > 1:
         handles += [Line2D([], [], marker=MARKERS[i % len(MARKERS)], ls="", color="#555555",
                            label=textwrap.shorten(s, 48, placeholder="…"))
@@ -262,17 +317,19 @@ def verdict_map(v: Verdict, *, ax, reference: Sequence[Verdict] = (),
                      ncol=3 if len(series) < 2 else 2)
 
 
-def _spaced(ax, xs: list[float], *, gap: float = 0.07) -> list[float]:
-    """The sweep's points as ticks, leaving out any closer than ``gap`` of the axis to the last
-    one kept (two series measured at 48.2% and 50% would print over each other)."""
+def _spaced(ax, xs: list[float], *, keep: float | None = None, gap: float = 0.07) -> list[float]:
+    """The sweep's points as ticks, leaving out any closer than ``gap`` of the axis to one kept
+    (two series measured at 48.2% and 50% would print over each other); ``keep`` (the learner's
+    point) always stays."""
     lo, hi = ax.get_xlim()
     to_axis = ax.transScale.transform
     span = to_axis((hi, 0))[0] - to_axis((lo, 0))[0] or 1.0
-    kept = []
+    pos = {x: to_axis((x, 0))[0] for x in xs}
+    kept = [keep] if keep in pos else []
     for x in xs:
-        if not kept or (to_axis((x, 0))[0] - to_axis((kept[-1], 0))[0]) / span >= gap:
+        if all(abs(pos[x] - pos[k]) / span >= gap for k in kept):
             kept.append(x)
-    return kept
+    return sorted(kept)
 
 
 def _index(series: list[str], s: str) -> int:
@@ -304,12 +361,12 @@ def demonstration_markdown(shown: Shown) -> str:
     """A demonstration as a lesson shows it: the statement, its check (and formula), the
     numbers, and what it shows."""
     d = DEMONSTRATIONS[shown.demonstration]
-    result = ("**Shown exactly.**" if shown.ok else
+    result = ("**Shown.**" if shown.ok else
               "**The check did not come out: that is a bug in the course, please report it.**")
     formula = f"  \n**Formula:** {d.formula}" if d.formula else ""
     return (f"**Demonstration** ({d.article}): “{d.original}” — {d.english}  \n"
-            f"**Check:** {d.check}{formula}  \n**Numbers:** {shown.numbers}  \n{result} "
-            + (f"**What it shows:** {d.shows}" if shown.ok else ""))
+            f"**Check:** {d.check}{formula}  \n**Numbers:** {shown.numbers}  \n{result}"
+            + (f"  \n**What it shows:** {d.shows.rstrip('.')}." if shown.ok else ""))
 
 
 def recorded(d: dict) -> Verdict | None:
