@@ -154,4 +154,7 @@ def test_regression_ratio_recovers_the_epochs_ratio_and_its_noise():
                                                 / regression_total(t, x, fast).value)
     spread = statistics.stdev(d.value for d in draws)
     assert 0.9 < statistics.fmean(d.se for d in draws) / spread < 1.8   # HC3: errs wide, not narrow
-    assert regression_ratio([1.0, 2.0], [10, 20], slow, fast).se == math.inf   # too few to fit
+    crude = regression_ratio([1.0, 2.0], [10, 20], slow, fast)                # too few to fit
+    assert crude.se == math.inf and crude.value == pytest.approx(sum(slow) / sum(fast))
+    wild = regression_ratio([1.0, -5.0, 1.0, 9.0], [20, 100, 300, 512], slow, fast)
+    assert wild.se == math.inf                                # a negative epoch: no fit, no error

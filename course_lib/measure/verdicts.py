@@ -289,14 +289,18 @@ def regression_ratio(times: Sequence[float], x: Sequence[float], slow: Sequence[
     (``regression_total``; steps of both epochs may be pooled in the fit, since a step's time
     depends on its width). The error is the delta method through the fit's covariance:
     ``∇r' Σ ∇r`` with ``r = g_slow·β / g_fast·β``, n - 3 degrees of freedom; a ``Ratio``.
-    Too few samples for a fit: the ratio of the scaled means, with an infinite error."""
+    Too few samples for a fit (or a fit that makes an epoch's time negative): the widths'
+    ratio, cost taken as proportional to width, with an infinite error (unresolved)."""
+    # Too few samples to fit, or a fit so loose that an epoch's time comes out negative: the
+    # step's cost taken as proportional to its width, with an unknown (infinite) error.
+    crude = Ratio(sum(slow) / sum(fast), math.inf, 1.0)
     if not _check_fit_inputs(times, x, slow, fast):
-        return Ratio(len(slow) / len(fast), math.inf, 1.0)
+        return crude
     beta, cov, scale, dof = _quadratic_fit(times, x)
     gs, gf = _design_sum(slow, scale), _design_sum(fast, scale)
     ts, tf = float(gs @ beta), float(gf @ beta)
     if not (ts > 0 and tf > 0):
-        raise ValueError("the fitted epoch times must be positive; the widths' fit went wrong")
+        return crude
     grad = (gs * tf - gf * ts) / tf ** 2
     return Ratio(ts / tf, math.sqrt(max(float(grad @ cov @ grad), 0.0)), dof)
 
