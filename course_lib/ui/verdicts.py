@@ -139,8 +139,8 @@ def _head(v: Verdict, claim) -> str:
 
 def sentence(v: Verdict) -> str:
     """Where the claim holds, in about 30 words, with the learner's point: "Holds from width
-    512; your point (width 128): 1.05× (0.98–1.12), inconclusive." One-point verdicts give their
-    outcome and value."""
+    512; your point at width 128: 1.05× (0.98–1.12), inconclusive." One-point verdicts give
+    their outcome and value."""
     claim = CLAIMS[v.claim]
     if not v.points:
         if v.value is None:
