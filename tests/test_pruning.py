@@ -192,3 +192,16 @@ def test_a_sensitivity_scan_prunes_one_group_at_a_time():
     pruning.prune_unstructured(one, amount=0.5, only="blocks.0.ff.")
     assert [n for n, m, p in pruning.prunable(one) if pruning.is_pruned(m, p)] == [
         "blocks.0.ff.fc1.weight", "blocks.0.ff.fc2.weight"]
+
+
+def test_the_csr_formula_is_torchs_bytes_and_int32_halves_the_indices():
+    """4 bytes per kept value plus an index per kept value and per row pointer, by hand, and
+    equal to what torch's CSR tensor holds (int64 indices)."""
+    from course_lib.pruning.masks import csr_formula_bytes, csr_nbytes
+
+    w = torch.zeros(6, 10)
+    w[0, 1], w[2, 3], w[2, 9], w[5, 0] = 1.0, 2.0, 3.0, 4.0          # 4 kept values, 6 rows
+    assert csr_formula_bytes(w) == 4 * 4 + 8 * (4 + 7) == csr_nbytes(w)
+    assert csr_formula_bytes(w, index_bytes=4) == 4 * 4 + 4 * (4 + 7)
+    with pytest.raises(ValueError, match="index_bytes"):
+        csr_formula_bytes(w, index_bytes=2)

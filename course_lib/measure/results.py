@@ -92,13 +92,13 @@ class Recorder:
         return RecordedCount(int(value)) if whole else Recorded(value)
 
     def verdict(self, verdict) -> None:
-        """Store a ``course_lib.measure.claims.Verdict`` (one per claim; a later one replaces it).
-        Returns nothing: a lesson shows the verdict with ``display(Markdown(v.markdown()))``."""
+        """Store a ``course_lib.measure.judging.Verdict`` (one per claim; a later one replaces it).
+        Returns nothing: a lesson shows it with ``ui.verdicts.show_verdict(v)``."""
         self.verdicts = [v for v in self.verdicts if v["claim"] != verdict.claim]
         self.verdicts.append(verdict.as_dict())
 
     def demonstration(self, shown) -> None:
-        """Store a ``course_lib.measure.claims.Shown``: a fact shown exactly, kept apart from the
+        """Store a ``course_lib.measure.judging.Shown``: a fact shown exactly, kept apart from the
         verdicts (one per demonstration; a later one replaces it)."""
         self.demonstrations = [d for d in self.demonstrations
                                if d["demonstration"] != shown.demonstration]

@@ -226,6 +226,18 @@ def csr_nbytes(t: torch.Tensor) -> int:
                for x in (s.values(), s.col_indices(), s.crow_indices()))
 
 
+def csr_formula_bytes(t: torch.Tensor, *, index_bytes: int = 8) -> int:
+    """Bytes a 2-D tensor takes as CSR by the formula: 4 per kept FP32 value, ``index_bytes``
+    per kept value's column index and per row pointer (rows + 1); torch stores int64
+    (``index_bytes=8``, equal to ``csr_nbytes``), int32 halves the indices."""
+    if t.dim() != 2:
+        raise ValueError(f"t must be 2-D, got shape {tuple(t.shape)}")
+    if index_bytes not in (4, 8):
+        raise ValueError(f"index_bytes must be 4 (int32) or 8 (int64), got {index_bytes}")
+    nnz = int((t != 0).sum())
+    return t.element_size() * nnz + index_bytes * (nnz + t.shape[0] + 1)
+
+
 def storage(model: nn.Module) -> dict[str, int]:
     """Dense vs CSR bytes of every prunable weight (out_proj and head included)."""
     dense = csr = nnz = numel = 0

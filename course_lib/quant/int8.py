@@ -232,7 +232,7 @@ def dynamic_variants(model: nn.Module) -> dict[str, nn.Module]:
 
 def recipe_sweep(differences: Mapping[str, Mapping[str, float]]) -> dict[str, dict[int, Estimate]]:
     """Each recipe's accuracy change (``diff_points`` and its ``diff_se``, by recipe name) as the
-    series ``claims.judge_over`` takes: weight scales -> {activation bits: Estimate}."""
+    series ``judging.judge_over`` takes: weight scales -> {activation bits: Estimate}."""
     sweep: dict[str, dict[int, Estimate]] = {}
     for name, (weights, bits) in DYNAMIC_RECIPES.items():
         if name in differences:

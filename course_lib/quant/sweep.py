@@ -96,7 +96,7 @@ def first_width_holding(rows: list[dict], *, batch: int, rule: Rule,
 
 
 def as_sweep(rows: list[dict], *, formats: Sequence[str], names: dict[str, str]) -> dict:
-    """``speedups``' rows as ``claims.judge_over`` takes them: one series per format of
+    """``speedups``' rows as ``judging.judge_over`` takes them: one series per format of
     ``formats`` and batch, ``"{names[format]} block, batch {b}"``, mapping each width to its
     speed-up (a ``Ratio`` with its error and degrees of freedom)."""
     from course_lib.measure.verdicts import Ratio

@@ -44,9 +44,8 @@ def _runs(points: list[Point], outcome: str) -> list[list[float]]:
 
 
 def _span(claim, run: list[float]) -> str:
-    unit = claim.condition.unit
-    tail = f" {unit}" if unit and unit != "%" else "%" if unit == "%" else ""
-    return f"{run[0]:,g}{tail}" if len(run) == 1 else f"{run[0]:,g}–{run[-1]:,g}{tail}"
+    """A run of sweep points as a range with its unit: "64–256 tokens"."""
+    return _x(claim, run[0]) if len(run) == 1 else f"{run[0]:,g}–{_x(claim, run[-1])}"
 
 
 def _at(claim, x: float) -> str:
