@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from course_lib.core import train
+from course_lib.core import precision as P
 from course_lib.precision import amp
 from course_lib.core.model import build_model
 
@@ -72,8 +73,8 @@ def test_layer_and_op_dtypes_under_bf16():
 
 
 def test_precision_choice_and_step_fn():
-    assert train.choose_precision("cpu").name in ("bf16", "fp32")
-    assert train.precision("fp16").use_scaler and not train.precision("bf16").use_scaler
+    assert P.choose_precision("cpu").name in ("bf16", "fp32")
+    assert P.precision("fp16").use_scaler and not P.precision("bf16").use_scaler
     step = train.make_step_fn(tiny(), toy_loader()[0], precision_name="bf16", device="cpu")
     step()
     assert amp.synthetic_step(precision_name="fp32", vocab_size=50, preset="student",
@@ -82,11 +83,11 @@ def test_precision_choice_and_step_fn():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="name must be one of"):
-        train.precision("fp8")
+        P.precision("fp8")
     with pytest.raises(ValueError, match="steps must be"):
         amp.amp_train(tiny(), toy_loader(), steps=0)
     with pytest.raises(ValueError, match="init_scale"):
-        train.make_scaler("cpu", init_scale=float("inf"))
+        P.make_scaler("cpu", init_scale=float("inf"))
 
 
 def test_evaluate_under_bf16_autocast_in_eval_mode():

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from course_lib.measure import bench
-from course_lib.core.device import amp_dtype, capabilities, pick_device, report_markdown
+from course_lib.core.precision import amp_dtype
+from course_lib.core.device import capabilities, pick_device, report_markdown
 from course_lib.measure.results import Recorder, load_results
 
 

@@ -59,7 +59,8 @@ def test_inference_function_matches_plain_torch():
 def test_the_first_call_can_be_a_whole_training_step_around_the_compiled_loss():
     """Lesson 13 compiles the forward pass and loss, and times the first training step that
     uses it (the backward graph compiles at the first backward pass)."""
-    from course_lib.core.train import make_step_fn, task_loss
+    from course_lib.core.train import make_step_fn
+    from course_lib.core.task import task_loss
     torch.manual_seed(0)
     model, ids, mask = Tiny(), *batch()
     step_batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 1])}

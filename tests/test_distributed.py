@@ -215,7 +215,7 @@ def test_easy_task_and_the_accuracy_of_returned_parameters():
     from course_lib.core.batching import make_loader as course_loader
     from course_lib.core.data import CorpusConfig
     from course_lib.distributed.setup import accuracy_of_params, worker_corpus, worker_model
-    from course_lib.core.train import evaluate
+    from course_lib.core.evaluate import evaluate
     cfg = WorkerConfig(**{**DRY_RUN, "steps": 3, "optimizer": "sgd", "lr": 0.1, "threads": 1, "task": "easy"})
     easy = worker_corpus(cfg)
     want = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)

@@ -35,7 +35,7 @@ def test_lesson_runs_on_the_gpu(nb_path, tmp_path, monkeypatch):
 
 
 def test_precision_rule_follows_compute_capability():
-    from course_lib.core.train import choose_precision
+    from course_lib.core.precision import choose_precision
 
     p = choose_precision("cuda")
     if _cc()[0] >= 8:
@@ -60,7 +60,7 @@ def test_sdpa_kernel_choice_with_and_without_a_mask(dtype):
 
 
 def test_flash_attention_memory_and_agreement_at_4096():
-    from course_lib.core.train import choose_precision
+    from course_lib.core.precision import choose_precision
     from course_lib.attention.sdpa import naive_attention, sdpa_attention
     from course_lib.attention.memory import cuda_peak
 
@@ -75,7 +75,7 @@ def test_flash_attention_memory_and_agreement_at_4096():
 
 
 def test_grad_scaler_skips_an_overflowing_fp16_step():
-    from course_lib.core.train import make_scaler
+    from course_lib.core.precision import make_scaler
     from course_lib.core.train import train_step
 
     torch.manual_seed(0)
@@ -175,7 +175,7 @@ def test_course_model_in_16_bit_agrees_with_fp32_and_keeps_padding_out(dtype):
 
 
 def test_course_model_trains_a_step_under_the_course_precision():
-    from course_lib.core.train import choose_precision
+    from course_lib.core.precision import choose_precision
     from course_lib.core.model import build_model
 
     p = choose_precision("cuda")

@@ -10,7 +10,9 @@ from course_lib.core.batching import make_loader
 from course_lib.core.data import CorpusConfig, load_corpus
 from course_lib.distributed.ddp import WorkerConfig
 from course_lib.core.model import build_model
-from course_lib.core.train import TrainConfig, evaluate, task_loss, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import evaluate
+from course_lib.core.task import task_loss
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset(
 
 
 def test_mixed_precision_is_unavailable_exactly_where_the_course_keeps_fp32():
-    from course_lib.core.train import choose_precision
+    from course_lib.core.precision import choose_precision
     here = ladder.unavailable_here("cpu")
     assert ("amp" in here) == (choose_precision("cpu").dtype is None)
     if "amp" in here:

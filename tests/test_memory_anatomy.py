@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from course_lib.core.model import count_parameters
-from course_lib.core.train import task_loss
+from course_lib.core.task import task_loss
 from course_lib.measure.memory import saved_activation_bytes
 from course_lib.memory import anatomy as A
 from course_lib.memory.checkpointing import Checkpointed
-from course_lib.memory.measure import build, make_optimizer, measured_peaks, static_bytes
+from course_lib.memory.measure import build, measured_peaks, static_bytes
+from course_lib.core.optimizers import make_optimizer
 
 SMALL = A.Setup(vocab_size=500, d_model=64, n_layers=2, n_heads=2, d_ff=128, batch=2, length=48)
 
@@ -28,7 +29,7 @@ def test_activation_formula_counts_what_autograd_saves(setup):
 def test_weights_and_optimizer_state_equal_the_live_tensors(optimizer):
     s = replace(SMALL, optimizer=optimizer)
     model, batch = build(s)
-    opt = make_optimizer(optimizer, model.parameters())
+    opt = make_optimizer(optimizer, model.parameters(), lr=1e-3)
     loss = task_loss("classification")(model, batch)
     loss.backward()
     opt.step()
@@ -105,7 +106,7 @@ def test_allocations_by_layer_add_up_to_what_autograd_saves():
     s = replace(SMALL, n_layers=3, batch=3, length=64)
     model, batch = build(s)
     exact = saved_activation_bytes(model, batch["input_ids"], batch["attention_mask"])
-    rows = allocations_by_layer(model, batch, make_optimizer("adamw", model.parameters()))
+    rows = allocations_by_layer(model, batch, make_optimizer("adamw", model.parameters(), lr=1e-3))
     assert list(rows)[:2] == ["embedding", "block 0 · LayerNorm 1"] and "block 2 · attention" in rows
     forward = sum(r["forward"] for name, r in rows.items() if name != "outside the layers")
     assert forward == pytest.approx(exact, rel=0.05)     # small tensors: allocator rounding

@@ -4,7 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.optim.optimizers import OPTIMIZERS, Lamb, make_optimizer, single_step_delta, state_bytes
+from course_lib.core.optimizers import (OPTIMIZERS, STATE_PER_ELEMENT, Lamb, make_optimizer,
+                                        state_bytes, state_values)
+from course_lib.optim.optimizers import single_step_delta
 from course_lib.measure.memory import memory_per_parameter
 
 
@@ -95,11 +97,16 @@ def test_state_bytes_match_the_actual_state_tensors(name):
     opt = make_optimizer(name, model.parameters(), lr=1e-2)
     model(torch.randn(4, 5)).sum().backward()
     opt.step()
-    expected = memory_per_parameter(name)["states"] * n_params
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    expected = 4 * state_values(name, shapes)               # the paper count, in FP32 bytes
     assert state_bytes(opt, include_scalars=False) == expected
-    # Adam/AdamW keep a 0-d float32 `step` tensor per parameter tensor; LAMB an int
+    if name in STATE_PER_ELEMENT:
+        assert expected == memory_per_parameter(name)["states"] * n_params
+    else:   # Adafactor: a row and a column per matrix, a vector in full
+        assert expected == 4 * (7 + 5 + 7 + 3 + 7 + 3)
+    # Adam/AdamW/Adafactor keep a 0-d float32 `step` tensor per parameter tensor; LAMB an int
     scalars = state_bytes(opt) - expected
-    assert scalars == (4 * len(list(model.parameters())) if name in ("adam", "adamw") else 0)
+    assert scalars == (4 * len(shapes) if name in ("adam", "adamw", "adafactor") else 0)
 
 
 def test_memory_per_parameter_totals():

@@ -13,7 +13,8 @@ from course_lib.quant import int8 as quant
 from course_lib.core.batching import make_loader
 from course_lib.core.data import load_corpus
 from course_lib.core.model import build_model
-from course_lib.core.train import TrainConfig, predict, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import predict
 
 CASES = [(b, s, g) for b in range(2, 9) for s in quant.SCHEMES for g in quant.GRANULARITIES]
 

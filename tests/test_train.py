@@ -4,7 +4,8 @@ import torch
 from course_lib.core.batching import make_loader
 from course_lib.core.data import CorpusConfig, load_corpus
 from course_lib.core.model import build_model
-from course_lib.core.train import TrainConfig, evaluate, predict, train, warmup_cosine
+from course_lib.core.train import TrainConfig, train, warmup_cosine
+from course_lib.core.evaluate import evaluate, predict
 
 
 @pytest.fixture(scope="module")
@@ -87,29 +88,12 @@ def test_evaluate_under_bf16_autocast_matches_fp32_closely(corpus):
     assert b == pytest.approx(float((lb.argmax(-1) == labels).float().mean()))
 
 
-@pytest.mark.parametrize("cc, want", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
-                                      ((9, 0), torch.bfloat16), ((6, 1), None)])
-def test_training_precision_follows_the_gpu(monkeypatch, cc, want):
-    """On CUDA, train() autocasts to bf16 from compute capability 8 and to fp16 below (a T4);
-    off CUDA it stays FP32 unless asked; an explicit dtype or None always wins."""
-    from course_lib.core.train import training_autocast
-
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: cc)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "test GPU")
-    assert training_autocast("cuda") == want
-    assert training_autocast("cpu") is None
-    assert training_autocast("cuda", None) is None
-    assert training_autocast("cpu", torch.bfloat16) == torch.bfloat16
-    with pytest.raises(ValueError, match="autocast_dtype must be"):
-        training_autocast("cpu", "bf16")
-
-
 def test_predict_enters_the_context_around_every_forward_pass():
     import contextlib
     from course_lib.core.batching import make_loader
     from course_lib.core.data import CorpusConfig, load_corpus
     from course_lib.core.model import build_model
-    from course_lib.core.train import evaluate, predict
+    from course_lib.core.evaluate import evaluate, predict
     corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=20, n_transfer=4))
     torch.manual_seed(0)
     model = build_model(len(corpus.vocab), preset="student")
@@ -131,7 +115,7 @@ def test_predict_enters_the_context_around_every_forward_pass():
 
 
 def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():
-    from course_lib.core.train import correct
+    from course_lib.core.evaluate import correct
     corpus = load_corpus(CorpusConfig(n_train=8, n_val=4, n_test=24, n_transfer=4, max_length=48))
     model = build_model(len(corpus.vocab), preset="student", seed=0)
     loader = make_loader(corpus.test, batch_size=5, seed=3)           # shuffled, bucketed
@@ -150,7 +134,7 @@ def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():
 
 
 def test_weight_decay_spares_norms_biases_and_embeddings():
-    from course_lib.core.train import param_groups
+    from course_lib.core.optimizers import param_groups
     model = build_model(50, preset="student", d_model=32, d_ff=64)
     decay, keep = param_groups(model, weight_decay=0.1)
     names = {id(p): n for n, p in model.named_parameters()}

@@ -1,7 +1,7 @@
 """The optimization ladder (lesson 14): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
-in ``train.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
+in ``core.precision.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
 teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
 (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
 math backend, 10). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
@@ -100,9 +100,9 @@ def combinations(*, unavailable: Sequence[str] = ()) -> list[Rung]:
 
 def unavailable_here(device: torch.device | str) -> dict[str, str]:
     """Techniques that would be a no-op on ``device``, with the reason: mixed precision where
-    ``train.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
+    ``core.precision.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
     code twice would only measure noise."""
-    from course_lib.core.train import choose_precision
+    from course_lib.core.precision import choose_precision
 
     prec = choose_precision(torch.device(device))
     return {} if prec.dtype is not None else {"amp": f"mixed precision is FP32 here ({prec.reason})"}

@@ -4,7 +4,7 @@ test set's time, a training epoch's time, size and peak memory; ``measure`` fill
 Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for latency and
 memory, and a random subset of the test set that is timed at fixed padding (every batch costs
 the same there, so the time is scaled to the whole set). Every forward pass runs through
-``train.predict`` or a plain call inside ``rung_context``: the rung's precision and attention
+``core.evaluate.predict`` or a plain call inside ``rung_context``: the rung's precision and attention
 kernel (``ladder.applied``).
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from course_lib.core.progress import tqdm
 
 from course_lib.measure import bench
 from course_lib.quant import int8 as quant
-from course_lib.core.train import choose_precision, make_step_fn
+from course_lib.core.precision import choose_precision
+from course_lib.core.train import make_step_fn
 from course_lib.core.batching import BucketBatchSampler, make_loader
 from course_lib.capstone.ladder import Rung, Settings, applied
 from course_lib.capstone.ladder_analysis import pareto_front
@@ -33,7 +34,7 @@ from course_lib.capstone.ladder_speedups import epoch_estimate
 from course_lib.capstone.model_zoo import ModelZoo, model_device
 from course_lib.core.model import EncoderClassifier, EncoderConfig
 from course_lib.core.padding import Collate, pad_batch
-from course_lib.core.train import predict
+from course_lib.core.evaluate import predict
 
 MiB = 2**20
 
@@ -59,7 +60,7 @@ def choose_inputs(corpus, *, settings: Settings, seed: int = 0) -> Inputs:
 
 
 def rung_context(rung: Rung, device: torch.device) -> Callable:
-    """A factory of the block ``rung`` runs in on ``device`` (for ``train.predict``)."""
+    """A factory of the block ``rung`` runs in on ``device`` (for ``core.evaluate.predict``)."""
     dtype = choose_precision(device).dtype
     return lambda: applied(rung, device_type=device.type, dtype=dtype)
 

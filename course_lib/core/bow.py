@@ -20,7 +20,8 @@ from torch import nn
 from course_lib.core.batching import make_loader
 from course_lib.core.data import Corpus
 from course_lib.core.train import seeded
-from course_lib.core.train import TrainConfig, evaluate, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import evaluate
 
 
 class BagOfWords(nn.Module):

@@ -33,7 +33,8 @@ import torch
 from course_lib.core.batching import make_loader
 from course_lib.core.data import Corpus, load_corpus, teacher_training_set
 from course_lib.core.model import EncoderClassifier, EncoderConfig, build_model, count_parameters
-from course_lib.core.train import TrainConfig, evaluate, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import evaluate
 
 # Package data, next to this module: present in a clone, an editable and a regular install.
 DEFAULT_DIR = Path(__file__).resolve().parent / "weights"

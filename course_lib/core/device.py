@@ -1,9 +1,8 @@
 """Which device to run on, and what it can do: the first call of every lesson.
 
-Order of preference: CUDA, then Apple's MPS, then the CPU. ``amp_dtype`` encodes the rule the
-course follows for mixed precision: bf16 where the hardware has fast bf16 (CUDA compute
-capability >= 8.0, or a CPU with avx512_bf16 / AMX), fp16 with a GradScaler on older GPUs
-(Colab's T4), and no autocast otherwise.
+Order of preference: CUDA, then Apple's MPS, then the CPU. ``capabilities`` reads what the
+hardware has (bf16 and fp16 instructions, the CPU's flags, the threads); what the course does
+with it, the one precision rule, is ``core.precision.choose_precision``.
 """
 from __future__ import annotations
 
@@ -93,16 +92,6 @@ def capabilities(device: torch.device | str | None = None) -> Capabilities:
         name, bf16, fp16 = "Apple GPU (MPS)", False, True
     return Capabilities(device.type, name, torch.__version__, cc, bf16, fp16, avx_bf16, amx,
                         torch.get_num_threads(), bool({"avx512_fp16", "amx_fp16"} & flags))
-
-
-def amp_dtype(device: torch.device | str | None = None) -> torch.dtype | None:
-    """The autocast dtype the course uses here: bf16, fp16 (needs a GradScaler) or None."""
-    caps = capabilities(device)
-    if caps.bf16_fast:
-        return torch.bfloat16
-    if caps.fp16_fast:
-        return torch.float16
-    return None
 
 
 def report(device: torch.device | str | None = None) -> list[tuple[str, str]]:

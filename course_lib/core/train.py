@@ -1,5 +1,4 @@
-"""The course's one training step and the one loop around it, with the evaluation that goes
-with them.
+"""The course's one training step and the one loop around it.
 
 ``train_step`` is the only step in the course: ``train`` calls it, and so do the DDP worker
 (``distributed.ddp``), the timed steps of ``make_step_fn`` (lessons 04, 13, 14) and every
@@ -16,9 +15,9 @@ other place that updates weights. In the order nanoGPT's loop and PyTorch's AMP 
    is inf or NaN and lowers its scale.
 
 ``train`` runs epochs of it with the hooks later lessons need: ``autocast_dtype`` (the default
-``"auto"`` trains in FP32 on a CPU and in the GPU's 16-bit format on CUDA: bf16 from compute
-capability 8.0, fp16 with a gradient scaler below, the rule of ``core.device.amp_dtype``),
-``scaler``, ``loss_fn`` (lesson 06 swaps in a distillation loss), ``callback`` (after every
+``"auto"`` follows the course's one precision rule, ``core.precision.choose_precision``: bf16
+where the device has bf16 instructions, fp16 with a gradient scaler on older CUDA GPUs, else
+FP32), ``scaler``, ``loss_fn`` (lesson 06 swaps in a distillation loss), ``callback`` (after every
 step: pruning masks, logging) and ``inject_inf_at``. Deterministic for a given seed, device
 and thread count.
 """
@@ -27,18 +26,17 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from course_lib.core.evaluate import evaluate
+from course_lib.core.optimizers import adamw
+from course_lib.core.precision import autocast, make_scaler, precision, training_autocast
 from course_lib.core.progress import tqdm
-
-from course_lib.core.device import amp_dtype
-
-
-LossFn = Callable[[nn.Module, dict], torch.Tensor]
+from course_lib.core.task import LossFn, check_task, task_loss, to_device
 
 
 def train_step(model: nn.Module, batches: dict | Sequence[dict], opt: torch.optim.Optimizer, *,
@@ -63,8 +61,7 @@ def train_step(model: nn.Module, batches: dict | Sequence[dict], opt: torch.opti
     for i, batch in enumerate(micro):
         last = i == len(micro) - 1
         with no_sync() if no_sync is not None and not last else contextlib.nullcontext():
-            with torch.amp.autocast(device_type=device.type, dtype=dtype or torch.float32,
-                                    enabled=dtype is not None):
+            with autocast(device, dtype):
                 loss = loss_fn(model, batch) / len(micro)
             (scaler.scale(loss) if scaler is not None else loss).backward()
         total += float(loss.detach())
@@ -121,7 +118,7 @@ class TrainConfig:
             raise ValueError(f"lr must be in (0, 1), got {self.lr}")
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
-        _check_task(self.task)
+        check_task(self.task)
         if not self.grad_clip >= 0:
             raise ValueError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if not self.weight_decay >= 0:
@@ -143,70 +140,12 @@ class History:
         return sum(self.step_skipped)
 
 
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v)
-            for k, v in batch.items()}
-
-
-TASKS = ("classification", "regression")
-
-
-def _check_task(task: str) -> None:
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-
-
-def task_loss(task: str) -> LossFn:
-    """The plain supervised loss: cross-entropy on labels, or MSE on ratings."""
-    _check_task(task)
-    def loss_fn(model: nn.Module, batch: dict) -> torch.Tensor:
-        out = model(batch["input_ids"], batch["attention_mask"])
-        if task == "regression":
-            return nn.functional.mse_loss(out.float(), batch["ratings"])
-        return nn.functional.cross_entropy(out.float(), batch["labels"])
-    return loss_fn
-
-
-def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict]:
-    """AdamW's two parameter groups (nanoGPT's rule): the weight matrices of ``nn.Linear`` layers
-    decay; LayerNorm gains, biases and embeddings do not. Decay pulls a weight towards 0: a
-    regulariser for a matrix, but for a norm's gain or an embedding row only a pull away from the
-    scale the model needs. A pruned layer's trainable weight is ``weight_orig``."""
-    if not weight_decay >= 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    matrices = {id(getattr(m, "weight_orig", m.weight)) for m in model.modules()
-                if isinstance(m, nn.Linear)}
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if id(p) in matrices], "weight_decay": weight_decay},
-            {"params": [p for p in params if id(p) not in matrices], "weight_decay": 0.0}]
-
-
-def adamw(model: nn.Module, *, lr: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
-    """The course's optimizer: AdamW over ``param_groups`` (no decay on norms, biases,
-    embeddings)."""
-    return torch.optim.AdamW(param_groups(model, weight_decay=weight_decay), lr=lr)
-
-
 def warmup_cosine(step: int, total: int, warmup: int) -> float:
     """Learning-rate multiplier: linear warm-up, then cosine decay to zero."""
     if step < warmup:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def training_autocast(device: torch.device | str,
-                      autocast_dtype: torch.dtype | None | str = "auto") -> torch.dtype | None:
-    """The autocast dtype ``train`` uses: ``"auto"`` is None (FP32) off CUDA, and on a CUDA GPU
-    bf16 (compute capability >= 8) or fp16 (older, e.g. a T4: ``train`` adds a GradScaler)."""
-    if autocast_dtype != "auto":
-        if autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
-            raise ValueError(f"autocast_dtype must be 'auto', None or a torch.dtype, "
-                             f"got {autocast_dtype!r}")
-        return autocast_dtype
-    device = torch.device(device)
-    return amp_dtype(device) if device.type == "cuda" else None
-
 
 def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
           device: torch.device | str = "cpu", val_loader=None,
@@ -277,127 +216,6 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
         bar.close()
         hist.seconds = time.perf_counter() - t_start
         return hist
-
-
-@torch.no_grad()
-def predict(model: nn.Module, loader, *, device: torch.device | str = "cpu",
-            autocast_dtype: torch.dtype | None = None,
-            context: Callable[[], contextlib.AbstractContextManager] | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Model outputs for every item, returned in dataset order with the dataset indices.
-
-    ``context``, if given, is called once per batch and entered around the forward pass: how a
-    caller runs the model its own way (lesson 14's rungs: their attention kernel and precision)
-    without a loop of its own."""
-    device = torch.device(device)
-    model.eval().to(device)
-    outs, idx = [], []
-    with warnings.catch_warnings():
-        # torch's nn.TransformerEncoder (lesson 01's nested-tensor copies) announces the
-        # prototype status of nested tensors on every call.
-        warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
-        return _predict(model, loader, device, autocast_dtype, context, outs, idx)
-
-
-def _predict(model, loader, device, autocast_dtype, context, outs, idx):
-    for batch in loader:
-        batch = to_device(batch, device)
-        with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
-                            enabled=autocast_dtype is not None), \
-                (context() if context is not None else contextlib.nullcontext()):
-            outs.append(model(batch["input_ids"], batch["attention_mask"]).float().cpu())
-        idx.append(batch["index"].cpu())
-    index = torch.cat(idx)
-    order = torch.argsort(index)
-    return torch.cat(outs)[order], index[order]
-
-
-@torch.no_grad()
-def correct(model: nn.Module, loader, *, device: torch.device | str = "cpu",
-            use_mask: bool = True) -> torch.Tensor:
-    """Whether ``model`` classifies each item of ``loader``'s dataset right, in dataset order
-    (by the items' ``"index"``). ``use_mask=False`` passes an all-True mask: padding is attended
-    like any token, as with a padding function that returns no mask (lesson 01)."""
-    device = torch.device(device)
-    model.eval().to(device)
-    hits, idx = [], []
-    for batch in loader:
-        ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-        out = model(ids, mask if use_mask else torch.ones_like(mask))
-        hits.append(out.argmax(-1).cpu() == batch["labels"])
-        idx.append(batch["index"].cpu())
-    return torch.cat(hits)[torch.argsort(torch.cat(idx))]
-
-
-def evaluate(model: nn.Module, loader, *, device: torch.device | str = "cpu",
-             task: str = "classification", autocast_dtype: torch.dtype | None = None,
-             context: Callable[[], contextlib.AbstractContextManager] | None = None
-             ) -> dict[str, float]:
-    """Accuracy (classification) or MSE and MAE (regression) over a loader (``context``: see
-    ``predict``)."""
-    _check_task(task)
-    out, index = predict(model, loader, device=device, autocast_dtype=autocast_dtype,
-                         context=context)
-    ds = loader.dataset
-    if task == "regression":
-        target = torch.tensor([ds[int(i)]["rating"] for i in index], dtype=torch.float32)
-        err = out - target
-        return {"mse": float((err ** 2).mean()), "mae": float(err.abs().mean())}
-    labels = torch.tensor([ds[int(i)]["label"] for i in index])
-    # a count over a count, in Python floats: 1,987 of 2,000 prints as 99.4% everywhere
-    if len(labels) == 0:
-        raise ValueError("loader yields no examples: nothing to evaluate")
-    return {"accuracy": int((out.argmax(-1) == labels).sum()) / len(labels)}
-
-
-DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16,
-                                         "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class Precision:
-    name: str                   # "fp32", "bf16" or "fp16"
-    dtype: torch.dtype | None   # autocast dtype; None = no autocast
-    use_scaler: bool            # fp16 needs a GradScaler
-    reason: str = ""
-
-
-def precision(name: str, *, parameter: str = "precision_name") -> Precision:
-    """The recipe for one of ``DTYPES``: FP16 always comes with a gradient scaler. A bad name
-    is reported under ``parameter``, the caller's argument that carried it."""
-    if name not in DTYPES:
-        raise ValueError(f"{parameter} must be one of {list(DTYPES)}, got {name!r}")
-    return Precision(name, DTYPES[name], name == "fp16")
-
-
-def precision_of(dtype: torch.dtype | None) -> str:
-    """The name in ``DTYPES`` of an autocast dtype (None: "fp32")."""
-    names = {v: k for k, v in DTYPES.items()}
-    if dtype not in names:
-        raise ValueError(f"dtype must be one of {list(names)}, got {dtype!r}")
-    return names[dtype]
-
-
-def choose_precision(device: torch.device | str) -> Precision:
-    """BF16 where the device has fast BF16, FP16 + scaler on older CUDA GPUs, else FP32."""
-    device = torch.device(device)
-    dt = amp_dtype(device)
-    if dt == torch.bfloat16:
-        return Precision("bf16", dt, False, f"{device.type} has bf16 instructions")
-    if dt == torch.float16 and device.type == "cuda":
-        return Precision("fp16", dt, True, "GPU without bf16 tensor cores: fp16 with a GradScaler")
-    return Precision("fp32", None, False, f"no fast low-precision math on {device.type}")
-
-
-def make_scaler(device: torch.device | str, *, enabled: bool = True, init_scale: float = 2.0**16,
-                growth_interval: int = 2000) -> torch.amp.GradScaler:
-    """A ``torch.amp.GradScaler`` for ``device`` (works on CPU too)."""
-    if not init_scale > 0 or not math.isfinite(init_scale):
-        raise ValueError(f"init_scale must be a finite number > 0, got {init_scale}")
-    if growth_interval < 1:
-        raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
-    return torch.amp.GradScaler(torch.device(device).type, init_scale=init_scale,
-                                growth_interval=growth_interval, enabled=enabled)
 
 
 def make_step_fn(model: nn.Module, batch: dict, *, precision_name: str,

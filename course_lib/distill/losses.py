@@ -28,7 +28,8 @@ from torch.utils.data import ConcatDataset, Dataset
 
 from course_lib.core.batching import make_loader
 from course_lib.core.model import padding_mask
-from course_lib.core.train import History, TrainConfig, predict, train
+from course_lib.core.train import History, TrainConfig, train
+from course_lib.core.evaluate import predict
 
 UNLABELLED = -1
 

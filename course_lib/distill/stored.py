@@ -14,7 +14,7 @@ from course_lib.core.checkpoints import DEFAULT_DIR, verify
 from course_lib.core.data import Corpus
 from course_lib.core.model import EncoderClassifier, EncoderConfig, count_parameters
 from course_lib.core.padding import pad_batch
-from course_lib.core.train import evaluate
+from course_lib.core.evaluate import evaluate
 from course_lib.distill.losses import DistillSet, teacher_logits
 from course_lib.distill.students import StudentRecipe, train_student
 

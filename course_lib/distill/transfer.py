@@ -71,7 +71,7 @@ def run(corpus, teacher, cached_logits: torch.Tensor, *, seeds: tuple[int, ...] 
     """Every student, arm, transfer size and seed (``ARMS``), then ``FROM_TEACHER``'s cells; test
     and validation accuracy of each. ``steps`` overrides ``RECIPE``'s (a quick check)."""
     from course_lib.core.batching import make_loader
-    from course_lib.core.train import evaluate
+    from course_lib.core.evaluate import evaluate
     from course_lib.distill.students import StudentRecipe
 
     base = StudentRecipe(**RECIPE, lr_from_teacher=FROM_TEACHER["lr"])

@@ -140,7 +140,8 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
 
     from course_lib.distributed.setup import worker_corpus, worker_model
     from course_lib.core.train import seeded, train_step
-    from course_lib.core.train import task_loss, to_device, training_autocast
+    from course_lib.core.task import task_loss, to_device
+    from course_lib.core.precision import training_autocast
 
     corpus = worker_corpus(cfg)
     loader = rank_loader(corpus.train, cfg, rank=rank, world_size=world_size)

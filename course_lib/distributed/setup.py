@@ -113,7 +113,7 @@ def accuracy_of_params(cfg, params: torch.Tensor, *, split: str = "val",
     built at ``scale`` (default: the worker's own ``data_scale``; 1.0 gives the full split,
     e.g. 2,000 test reviews, enough to resolve a one-point change)."""
     from course_lib.core.batching import make_loader
-    from course_lib.core.train import evaluate
+    from course_lib.core.evaluate import evaluate
 
     if split not in ("val", "test"):
         raise ValueError(f"split must be 'val' or 'test', got {split!r}")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from course_lib.core.model import count_parameters
+from course_lib.core.optimizers import STATE_PER_ELEMENT
 
 __all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width",
            "memory_by_length", "local_exponents"]
@@ -143,10 +144,6 @@ def local_exponents(bytes_by_length: dict[int, int]) -> dict[int, float]:
                                length_large=b) for a, b in zip(ls, ls[1:])}
 
 
-# fp32 values of optimizer state kept per parameter element.
-STATE_VALUES = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
-
-
 def memory_per_parameter(name: str, *, precision: str = "fp32") -> dict[str, int]:
     """Bytes per parameter for weights, gradients, an fp32 master copy and optimizer states.
 
@@ -154,13 +151,13 @@ def memory_per_parameter(name: str, *, precision: str = "fp32") -> dict[str, int
     on the fly and saves activation memory, not these). ``"mixed"``: 16-bit weights and
     gradients plus an fp32 master copy, the ZeRO paper's accounting.
     """
-    if name not in STATE_VALUES:
-        raise ValueError(f"name must be one of {tuple(STATE_VALUES)}, got {name!r}")
+    if name not in STATE_PER_ELEMENT:   # Adafactor's state depends on the shapes: state_values
+        raise ValueError(f"name must be one of {tuple(STATE_PER_ELEMENT)}, got {name!r}")
     if precision not in ("fp32", "mixed"):
         raise ValueError(f"precision must be 'fp32' or 'mixed', got {precision!r}")
     half = precision == "mixed"
     row = {"weights": 2 if half else 4, "gradients": 2 if half else 4,
-           "master": 4 if half else 0, "states": 4 * STATE_VALUES[name]}
+           "master": 4 if half else 0, "states": 4 * STATE_PER_ELEMENT[name]}
     row["total"] = sum(row.values())
     return row
 

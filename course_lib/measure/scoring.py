@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_lib.core.train import predict
+from course_lib.core.evaluate import predict
 from course_lib.measure.verdicts import Rule, paired_accuracy_change
 
 __all__ = ["Scored", "score", "compare_to"]

@@ -44,11 +44,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from course_lib.core.optimizers import OPTIMIZERS, state_values
+
 __all__ = ["OPTIMIZERS", "CHECKPOINTING", "PRECISIONS", "Setup", "Plan", "plan",
            "parameter_shapes", "block_activation_values", "block_bytes", "activation_bytes",
            "root_bytes", "attention_work_share", "attention_core_share", "accumulated_step"]
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor")
 CHECKPOINTING = ("none", "every", "every_other", "attention")
 PRECISIONS = ("fp32", "mixed")
 
@@ -135,20 +136,6 @@ def attention_core_share(s: Setup) -> float:
     forward multiply-adds per token at ``s.length`` (with the projections' 4 d²)."""
     d, n = s.d_model, s.length
     return 2 * n * d / (4 * d * d + 2 * n * d)
-
-
-def _optimizer_values(s: Setup, shapes: list[tuple[int, ...]]) -> int:
-    """Optimizer-state values (each kept in FP32) for all parameters."""
-    n = sum(_numel(x) for x in shapes)
-    if s.optimizer == "sgd":
-        return 0
-    if s.optimizer == "sgd_momentum":
-        return n
-    if s.optimizer in ("adam", "adamw"):
-        return 2 * n
-    # Adafactor (torch.optim.Adafactor): a matrix keeps a row and a column factor of its second
-    # moment, a vector its full second moment; no first moment (beta1 = None by default).
-    return sum(x[0] + x[1] if len(x) == 2 else _numel(x) for x in shapes)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -238,7 +225,7 @@ def plan(s: Setup) -> Plan:
     weights = n * (2 if half else 4)
     gradients = n * (2 if half else 4)
     # the FP32 master copy of mixed precision counts as optimizer state, as in the ZeRO paper
-    optimizer = 4 * _optimizer_values(s, shapes) + (4 * n if half else 0)
+    optimizer = 4 * state_values(s.optimizer, shapes) + (4 * n if half else 0)
     if s.zero >= 1:
         optimizer //= k
     if s.zero >= 2:

@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from course_lib.core.model import build_model
-from course_lib.core.train import task_loss, train_step
+from course_lib.core.optimizers import make_optimizer, state_bytes
+from course_lib.core.task import task_loss
+from course_lib.core.train import train_step
 from course_lib.memory.anatomy import CHECKPOINTING, Setup
 from course_lib.memory.checkpointing import Checkpointed
 
@@ -30,25 +32,8 @@ from course_lib.memory.checkpointing import Checkpointed
 # above 128 KiB its own mapping, returned to the system when freed. (Other C libraries ignore it.)
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-__all__ = ["TORCH_OPTIMIZERS", "make_optimizer", "build", "static_bytes", "step_case", "measured_peaks",
+__all__ = ["build", "static_bytes", "step_case", "measured_peaks",
            "cuda_step", "checkpoint_times", "allocations_by_layer"]
-
-
-# Each optimizer of ``anatomy.OPTIMIZERS`` as torch's class and its options (besides lr), so
-# that ``ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=lr, **options)`` can build it too.
-TORCH_OPTIMIZERS = {"sgd": (torch.optim.SGD, {}),
-                    "sgd_momentum": (torch.optim.SGD, {"momentum": 0.9}),
-                    "adam": (torch.optim.Adam, {}),
-                    "adamw": (torch.optim.AdamW, {}),
-                    "adafactor": (torch.optim.Adafactor, {})}
-
-
-def make_optimizer(name: str, params, *, lr: float = 1e-3) -> torch.optim.Optimizer:
-    """The optimizers of ``anatomy.OPTIMIZERS``, with torch's own implementations."""
-    if name not in TORCH_OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {tuple(TORCH_OPTIMIZERS)}, got {name!r}")
-    cls, options = TORCH_OPTIMIZERS[name]
-    return cls(params, lr=lr, **options)
 
 
 def build(s: Setup, *, seed: int = 0) -> tuple[nn.Module, dict]:
@@ -69,12 +54,10 @@ def build(s: Setup, *, seed: int = 0) -> tuple[nn.Module, dict]:
 def static_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes of the weights, the gradients that exist now, and the optimizer's state tensors."""
     params = list(model.parameters())
-    state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
-                if torch.is_tensor(v) and v.dim() > 0)
     return {"weights": sum(p.numel() * p.element_size() for p in params),
             "gradients": sum(p.grad.numel() * p.grad.element_size() for p in params
                              if p.grad is not None),
-            "optimizer": state}
+            "optimizer": state_bytes(opt, include_scalars=False)}
 
 
 def step_case(*, prepare: bool = False, micro: int = 1, **setup):
@@ -89,7 +72,7 @@ def step_case(*, prepare: bool = False, micro: int = 1, **setup):
     if micro < 1 or s.batch % micro:
         raise ValueError(f"micro must be >= 1 and divide batch ({s.batch}), got {micro}")
     model, batch = build(s)
-    opt = make_optimizer(s.optimizer, model.parameters())
+    opt = make_optimizer(s.optimizer, model.parameters(), lr=1e-3)
     parts = [{k: v[i::micro] for k, v in batch.items()} for i in range(micro)]
 
     def step() -> None:
@@ -138,7 +121,7 @@ def cuda_step(s: Setup, device: torch.device | str = "cuda", *, snapshot: str | 
 
     model, batch = build(s)
     model, batch = model.to(device), {k: v.to(device) for k, v in batch.items()}
-    opt = make_optimizer(s.optimizer, model.parameters())
+    opt = make_optimizer(s.optimizer, model.parameters(), lr=1e-3)
     step = functools.partial(train_step, model, batch, opt, device=device, dtype=None,
                              loss_fn=task_loss("classification"), grad_clip=None)
     step()
@@ -171,7 +154,7 @@ def checkpoint_times(base: Setup, lengths: Sequence[int], *, repeats: int, warmu
         steps = {}
         for policy in CHECKPOINTING:
             model, batch = build(replace(base, length=length, checkpoint=policy))
-            opt = make_optimizer(base.optimizer, model.parameters())
+            opt = make_optimizer(base.optimizer, model.parameters(), lr=1e-3)
             steps[policy] = functools.partial(train_step, model, batch, opt, device="cpu",
                                               dtype=None, loss_fn=task_loss("classification"),
                                               grad_clip=None)

@@ -37,7 +37,8 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_lib.core.model import build_model
-from course_lib.core.train import task_loss, train_step
+from course_lib.core.task import task_loss
+from course_lib.core.train import train_step
 from course_lib.memory.anatomy import Setup
 
 __all__ = ["STRATEGIES", "MODULE", "COLLECTIVES", "ShardConfig", "CollectiveCounter", "traffic", "train_rank", "worker_args", "main"]
@@ -166,7 +167,7 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
     (intercepted: calls, payload and sent bytes per operation) and the full final parameters."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from course_lib.memory.measure import TORCH_OPTIMIZERS, make_optimizer
+    from course_lib.core.optimizers import make_optimizer, optimizer_class
 
     cfg.validate()
     s = cfg.setup
@@ -186,7 +187,7 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
         net = DDP(model)
         if cfg.strategy == "zero1":
             from torch.distributed.optim import ZeroRedundancyOptimizer
-            cls, options = TORCH_OPTIMIZERS[s.optimizer]
+            cls, options = optimizer_class(s.optimizer)
             opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=cls, lr=cfg.lr,
                                           **options)
         else:

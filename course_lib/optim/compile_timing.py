@@ -1,12 +1,12 @@
 """Eager against compiled, timed the same way (lesson 13).
 
 The functions a lesson compiles: ``inference_fn`` for inference; for training, the forward pass
-and loss (``core.train.task_loss``), run inside the course's one step (``core.train.make_step_fn``:
+and loss (``core.task.task_loss``), run inside the course's one step (``core.train.make_step_fn``:
 the backward pass goes through the compiled graph, the optimizer update stays outside it). One
 interleaved timing of both versions
 (``eager_vs_compiled``), and the number of calls that pays the compile time back
 (``payback_calls``). Autocast follows the device the way the course trains there
-(``train.training_autocast``: bf16 or fp16 on a GPU, FP32 on a CPU).
+(``core.precision.training_autocast``: the course's one precision rule).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from course_lib.core.train import make_step_fn, precision_of
+from course_lib.core.train import make_step_fn
+from course_lib.core.precision import precision_of
 from course_lib.measure import bench
 from course_lib.measure.verdicts import Estimate
 

@@ -23,8 +23,9 @@ from torch import nn
 
 from course_lib.core.batching import make_loader
 from course_lib.core.model import build_model
-from course_lib.optim.optimizers import make_optimizer
-from course_lib.core.train import History, TrainConfig, evaluate, train
+from course_lib.core.optimizers import make_optimizer
+from course_lib.core.train import History, TrainConfig, train
+from course_lib.core.evaluate import evaluate
 
 __all__ = ["RunResult", "RaceSetup", "run_budget", "summarize", "lr_grid", "best_per_optimizer",
            "grid_edges", "extend_grid", "race", "accuracy_over_time"]

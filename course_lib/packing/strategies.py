@@ -26,7 +26,7 @@ from course_lib.core.batching import (BucketBatchSampler, NoisySortBatchSampler,
                        UniformLengthBatchSampler, kept_batch_mates, random_batches)
 from course_lib.packing.pack import PackedCollate, PackingBatchSampler, packed_forward, packed_task_loss, packing_efficiency
 from course_lib.core.padding import Collate, batches_efficiency
-from course_lib.core.train import to_device
+from course_lib.core.task import to_device
 
 STRATEGIES = ("fixed 512", "dynamic", "uniform length", "bucketed", "noisy sort", "token budget",
               "packing")

@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from course_lib.core.model import Attention
-from course_lib.core.train import (TrainConfig, evaluate, make_scaler, make_step_fn, precision,
-                                   to_device, train)
+from course_lib.core.train import TrainConfig, make_step_fn, train
+from course_lib.core.evaluate import evaluate
+from course_lib.core.precision import make_scaler, precision
+from course_lib.core.task import to_device
 
 
 
@@ -66,7 +68,7 @@ def amp_train(model: nn.Module, loader: Iterable[dict], *, precision_name: str =
 
 def evaluate_amp(model: nn.Module, loader, *, device: torch.device | str = "cpu",
                  task: str = "classification", precision_name: str = "fp32") -> dict[str, float]:
-    """``course_lib.core.train.evaluate`` under the autocast dtype of ``precision_name``."""
+    """``course_lib.core.evaluate.evaluate`` under the autocast dtype of ``precision_name``."""
     dtype = precision(precision_name).dtype
     return evaluate(model, loader, device=device, task=task, autocast_dtype=dtype)
 

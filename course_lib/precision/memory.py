@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from course_lib.measure.memory import parameter_state_bytes, saved_activation_bytes
-from course_lib.core.train import precision
+from course_lib.core.precision import precision
 
 __all__ = ["TrainingMemory", "training_memory", "memory_ratio", "by_batch"]
 

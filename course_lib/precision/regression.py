@@ -38,7 +38,9 @@ from course_lib.precision.amp import amp_train, evaluate_amp
 from course_lib.core.batching import make_loader
 from course_lib.core.data import Corpus, ReviewDataset
 from course_lib.core.model import build_model
-from course_lib.core.train import adamw, task_loss, train_step
+from course_lib.core.optimizers import adamw
+from course_lib.core.task import task_loss
+from course_lib.core.train import train_step
 from course_lib.measure.verdicts import Estimate, geometric_mean
 
 RECIPES = ("fp32", "bf16", "fp16", "fp16-pure")

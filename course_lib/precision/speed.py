@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from course_lib.core.model import build_model
-from course_lib.core.train import make_step_fn, precision
+from course_lib.core.train import make_step_fn
+from course_lib.core.precision import precision
 from course_lib.measure.bench import compare
 from course_lib.measure.verdicts import speedup
 

@@ -59,7 +59,7 @@ def run(corpus, baseline: EncoderClassifier, *, seeds: tuple[int, ...] = (0, 1, 
     ``batch_size``, ``FT_LR``, warm-up then cosine over the budget) and scored on the test
     split. Budget 0 is deterministic and run once (seed ``None``)."""
     from course_lib.core.batching import make_loader
-    from course_lib.core.train import evaluate
+    from course_lib.core.evaluate import evaluate
     from course_lib.measure.scoring import score
     from course_lib.measure.verdicts import paired_accuracy_change
     from course_lib.pruning.masks import fine_tune

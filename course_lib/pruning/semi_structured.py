@@ -81,7 +81,7 @@ def measure_2_4(model: nn.Module, test_loader, batch: tuple[torch.Tensor, torch.
     import copy
 
     from course_lib.measure import bench
-    from course_lib.core.train import evaluate
+    from course_lib.core.evaluate import evaluate
 
     ok, why = supported(device)
     if not ok:

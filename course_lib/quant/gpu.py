@@ -14,10 +14,10 @@ import copy
 import torch
 
 from course_lib.measure import bench
-from course_lib.core.train import choose_precision
+from course_lib.core.precision import choose_precision
 from course_lib.measure.memory import state_dict_bytes
 from course_lib.quant.int8 import torchao_available
-from course_lib.core.train import correct
+from course_lib.core.evaluate import correct
 
 
 def plan(device: torch.device | str, *, has_torchao: bool | None = None) -> tuple[str, str] | None:

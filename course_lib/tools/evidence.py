@@ -98,7 +98,8 @@ from course_lib.core.batching import make_loader
 from course_lib.core.checkpoints import BaselineRecipe, load_baseline, save, train_baseline
 from course_lib.core.data import Corpus, load_corpus
 from course_lib.core.device import capabilities
-from course_lib.core.train import TrainConfig, evaluate, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import evaluate
 from course_lib.distill.students import build_student
 
 from course_lib.tools.saved_runs import data_dir

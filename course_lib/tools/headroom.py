@@ -27,7 +27,8 @@ import torch
 
 from course_lib.core.batching import make_loader
 from course_lib.core.data import RULES, CorpusConfig, load_corpus
-from course_lib.core.train import TrainConfig, evaluate, predict, train
+from course_lib.core.train import TrainConfig, train
+from course_lib.core.evaluate import evaluate, predict
 
 LENGTH_BINS = ((0, 40, "under 40 tokens"), (40, 100, "40-99 tokens"), (100, 10**9, "100+ tokens"))
 
