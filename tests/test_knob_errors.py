@@ -1,7 +1,6 @@
 """Bad input gets a clear error naming the parameter (and its allowed values), instead of a
 hang, an AttributeError, or a silent no-op."""
 import pytest
-import torch
 from torch.utils.data import Subset
 
 from course_lib.core import data as D

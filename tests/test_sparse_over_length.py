@@ -1,5 +1,4 @@
 """Sparse attention over length: the sweep's bookkeeping, the slope fit, the online-softmax trace."""
-import math
 
 import pytest
 import torch

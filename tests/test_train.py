@@ -167,3 +167,35 @@ def test_a_skipped_scaler_step_leaves_the_schedule_where_it_was():
     assert hist.step_lr[1] == hist.step_lr[0]           # not advanced after the skipped step
     assert hist.step_lr[2] != hist.step_lr[1]
     assert hist.step_scale[1] == hist.step_scale[0] / 2 and len(hist.step_seconds) == 8
+
+
+def test_accumulation_constant_rate_and_a_step_context(corpus):
+    """``accum`` batches make one step (the loss their mean); ``schedule="constant"`` keeps the
+    rate; ``step_context(step)`` is entered around each step, and only there."""
+    import contextlib
+    batches = [b for _, b in zip(range(6), make_loader(corpus.train, batch_size=4, seed=0))]
+    entered = []
+
+    @contextlib.contextmanager
+    def mark(step):
+        entered.append(step)
+        yield
+
+    cfg = TrainConfig(epochs=2, lr=1e-3, accum=2, schedule="constant", grad_clip=0.0)
+    h = train(small(corpus, dropout=0.0), batches, cfg=cfg, step_context=mark, progress=False)
+    assert len(h.step_loss) == 6 and entered == list(range(6))        # 6 batches / 2, 2 epochs
+    assert set(h.step_lr) == {1e-3}
+    # one accumulated step equals one step on both batches' summed losses, halved
+    a, b = small(corpus, dropout=0.0), small(corpus, dropout=0.0)
+    train(a, batches[:2], cfg=TrainConfig(epochs=1, accum=2, schedule="constant", grad_clip=0.0),
+          progress=False)
+    loss = lambda m, batch: sum(torch.nn.functional.cross_entropy(      # noqa: E731
+        m(x["input_ids"], x["attention_mask"]), x["labels"]) for x in batch["pair"]) / 2
+    train(b, [{"pair": batches[:2]}], loss_fn=loss, progress=False,
+          cfg=TrainConfig(epochs=1, schedule="constant", grad_clip=0.0))
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    with pytest.raises(ValueError, match="accum must be"):
+        TrainConfig(accum=0).validate()
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        TrainConfig(schedule="linear").validate()

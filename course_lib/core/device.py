@@ -94,6 +94,16 @@ def capabilities(device: torch.device | str | None = None) -> Capabilities:
                         torch.get_num_threads(), bool({"avx512_fp16", "amx_fp16"} & flags))
 
 
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for the device's queued work (CUDA, MPS); a no-op on a CPU. Every timer calls it
+    before reading the clock (``measure.bench``, ``core.train``'s step times)."""
+    kind = torch.device(device).type if device is not None else None
+    if (kind in (None, "cuda")) and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
 def report(device: torch.device | str | None = None) -> list[tuple[str, str]]:
     """Rows of (what, value) describing this machine, for display and for results files."""
     c = capabilities(device)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from course_lib.core.device import synchronize
 from course_lib.core.evaluate import evaluate
 from course_lib.core.optimizers import adamw
 from course_lib.core.precision import autocast, make_scaler, precision, training_autocast
@@ -100,6 +101,9 @@ def _poison(params: list[torch.Tensor]) -> None:
         p.grad.view(-1)[0] = math.inf
 
 
+SCHEDULES = ("warmup_cosine", "constant")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 6
@@ -110,6 +114,9 @@ class TrainConfig:
     grad_clip: float = 1.0      # max gradient norm; 0 disables clipping
     task: str = "classification"  # or "regression" (MSE on the rating)
     seed: int = 0
+    accum: int = 1              # batches per optimizer step (gradient accumulation, lesson 08)
+    schedule: str = "warmup_cosine"   # or "constant": a comparison of steps (DDP against one
+                                      # process, lesson 08) is cleaner at a fixed rate
 
     def validate(self) -> None:
         if self.epochs < 1:
@@ -123,6 +130,10 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip}")
         if not self.weight_decay >= 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not isinstance(self.accum, int) or self.accum < 1:
+            raise ValueError(f"accum must be an integer >= 1, got {self.accum!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
 
 @dataclass
@@ -154,12 +165,21 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
           scaler: torch.amp.GradScaler | None = None,
           callback: Callable[[int, float, nn.Module], None] | None = None,
           max_steps: int | None = None, inject_inf_at: Iterable[int] = (),
-          progress: bool = True) -> History:
+          no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+          step_context: Callable[[int], contextlib.AbstractContextManager] | None = None,
+          progress: bool = True, desc: str = "training") -> History:
     """Train ``model`` in place and return its history: the course's one loop around the one
-    step (``train_step``). ``autocast_dtype``: see ``training_autocast``; None trains in FP32
-    everywhere. ``inject_inf_at``: step numbers whose gradients get an inf (lesson 04 watches
-    the scaler skip them). The learning-rate schedule advances only on steps the optimizer
-    took: a step the scaler skipped leaves it where it was."""
+    step (``train_step``), ``cfg.accum`` batches of ``loader`` per step.
+
+    ``optimizer``: default the course's AdamW (``core.optimizers.adamw``: decay on the weight
+    matrices only). ``autocast_dtype``: see ``core.precision.training_autocast``; None trains in
+    FP32 everywhere. ``inject_inf_at``: step numbers whose gradients get an inf (lesson 04
+    watches the scaler skip them). ``no_sync``: DDP's ``no_sync`` (the ranks all-reduce once per
+    step, in its last backward). ``step_context(step)``: a context the step runs in (lesson 09
+    counts the collectives of one step). A loader whose sampler has ``set_epoch`` (DDP's
+    ``DistributedSampler``) is given each epoch's number, so every epoch is shuffled anew. The
+    learning-rate schedule advances only on steps the optimizer took: a step the scaler
+    skipped leaves it where it was."""
     cfg.validate()
     device = torch.device(device)
     autocast_dtype = training_autocast(device, autocast_dtype)
@@ -168,30 +188,40 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     model.to(device)
     loss_fn = loss_fn or task_loss(cfg.task)
     opt = optimizer or adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if len(loader) == 0:
+    per_epoch = len(loader) // cfg.accum
+    if per_epoch == 0:
         raise ValueError("loader yields no batches: nothing to train on (is the dataset empty, "
-                         "or smaller than a drop_last batch?)")
+                         "or smaller than a drop_last batch?)" if len(loader) == 0 else
+                         f"loader yields {len(loader)} batches, fewer than accum={cfg.accum}")
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be >= 1 or None, got {max_steps}")
-    total = cfg.epochs * len(loader) if max_steps is None else min(max_steps, cfg.epochs * len(loader))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: warmup_cosine(s, total, max(1, int(cfg.warmup_frac * total))))
+    total = cfg.epochs * per_epoch if max_steps is None else min(max_steps, cfg.epochs * per_epoch)
+    warm = max(1, int(cfg.warmup_frac * total))
+    rate = (lambda s: warmup_cosine(s, total, warm)) if cfg.schedule == "warmup_cosine" \
+        else (lambda s: 1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, rate)
     inject = set(inject_inf_at)
     with seeded(cfg.seed, device):   # dropout draws; the caller's generator is left as it was
         hist, step, t_start = History(), 0, time.perf_counter()
-        bar = tqdm(total=total, desc="training", disable=not progress, leave=False)
+        bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
         for epoch in range(cfg.epochs):
             model.train()
-            t0, losses = time.perf_counter(), []
-            for batch in loader:
-                if step >= total:
-                    break
+            for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(epoch)
+            t0, losses, batches = time.perf_counter(), [], iter(loader)
+            for _ in range(min(per_epoch, total - step)):
+                synchronize(device)
                 t_step = time.perf_counter()
-                value, skipped = train_step(model, to_device(batch, device), opt, device=device,
-                                            dtype=autocast_dtype, loss_fn=loss_fn, scaler=scaler,
-                                            grad_clip=cfg.grad_clip, inject_inf=step in inject)
+                micro = [to_device(next(batches), device) for _ in range(cfg.accum)]
+                with step_context(step) if step_context is not None else contextlib.nullcontext():
+                    value, skipped = train_step(
+                        model, micro if cfg.accum > 1 else micro[0], opt, device=device,
+                        dtype=autocast_dtype, loss_fn=loss_fn, scaler=scaler,
+                        grad_clip=cfg.grad_clip, inject_inf=step in inject, no_sync=no_sync)
                 if not skipped:   # a skipped step did not call opt.step(): keep the schedule
                     sched.step()
+                synchronize(device)
                 hist.step_seconds.append(time.perf_counter() - t_step)
                 losses.append(value)
                 hist.step_loss.append(value)

@@ -138,10 +138,10 @@ def run_training(cfg: WorkerConfig, *, rank: int = 0, world_size: int = 1,
 def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from course_lib.distributed.setup import worker_corpus, worker_model
-    from course_lib.core.train import seeded, train_step
-    from course_lib.core.task import task_loss, to_device
+    from course_lib.core.optimizers import make_optimizer, param_groups
     from course_lib.core.precision import training_autocast
+    from course_lib.core.train import TrainConfig, train
+    from course_lib.distributed.setup import worker_corpus, worker_model
 
     corpus = worker_corpus(cfg)
     loader = rank_loader(corpus.train, cfg, rank=rank, world_size=world_size)
@@ -152,36 +152,27 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
     model = worker_model(cfg, len(corpus.vocab)).to(device)   # the same initial weights everywhere
     ddp = dist.is_available() and dist.is_initialized()
     net = DDP(model, device_ids=[device] if device.type == "cuda" else None) if ddp else model
-    opt = (torch.optim.AdamW(net.parameters(), lr=cfg.lr) if cfg.optimizer == "adamw"
-           else torch.optim.SGD(net.parameters(), lr=cfg.lr))
-    loss_fn = task_loss("classification")
-    # On GPUs the ranks train the way the course trains there (bf16, or fp16 with a scaler on a
-    # T4); on a CPU in FP32, so the equivalence check compares like with like.
+    # AdamW decays the weight matrices (the course's rule), SGD nothing; a constant rate, so
+    # that N ranks and one process take the same steps whatever the run's length
+    decay = 0.01 if cfg.optimizer == "adamw" else 0.0
+    opt = make_optimizer(cfg.optimizer, param_groups(net, weight_decay=decay), lr=cfg.lr)
+    train_cfg = TrainConfig(epochs=-(-cfg.steps // per_epoch), lr=cfg.lr, weight_decay=decay,
+                            grad_clip=cfg.grad_clip, seed=cfg.seed, accum=cfg.accum,
+                            schedule="constant")
+
+    def log(step: int, loss: float, _model) -> None:
+        done = step + 1
+        if ddp and (done % max(1, cfg.steps // 4) == 0 or done == cfg.steps):
+            _log(f"step {done}/{cfg.steps} local loss {loss:.4f}", rank=rank,
+                 world_size=world_size)
+
+    # the course's one loop; on GPUs the ranks train in the course's 16-bit format (bf16, or
+    # fp16 with a scaler on a T4); DDP all-reduces once per step, in the last micro-batch's
+    # backward (the others run under no_sync)
+    hist = train(net, loader, cfg=train_cfg, device=device, optimizer=opt, max_steps=cfg.steps,
+                 no_sync=net.no_sync if ddp else None, callback=log, progress=False)
     mixed = training_autocast(device)
-    scaler = torch.amp.GradScaler("cuda") if mixed == torch.float16 else None
-    losses, times, step, epoch = [], [], 0, 0
-    with seeded(cfg.seed, device):   # dropout draws, as in train.train; the caller's state is kept
-        while step < cfg.steps:
-            for sampler in (loader.sampler, loader.batch_sampler):
-                if hasattr(sampler, "set_epoch"):   # a new shuffle per epoch, the same on all ranks
-                    sampler.set_epoch(epoch)
-            batches = iter(loader)
-            for _ in range(min(per_epoch, cfg.steps - step)):
-                bench.synchronize(device)
-                t0 = time.perf_counter()
-                micro = [to_device(next(batches), device) for _ in range(cfg.accum)]
-                # the course's one step: DDP all-reduces once, in the last micro-batch's backward
-                total, _ = train_step(net, micro, opt, device=device, dtype=mixed, loss_fn=loss_fn,
-                                      scaler=scaler, grad_clip=cfg.grad_clip,
-                                      no_sync=net.no_sync if ddp else None)
-                bench.synchronize(device)
-                times.append(time.perf_counter() - t0)
-                losses.append(total)
-                step += 1
-                if ddp and (step % max(1, cfg.steps // 4) == 0 or step == cfg.steps):
-                    _log(f"step {step}/{cfg.steps} local loss {total:.4f}", rank=rank,
-                         world_size=world_size)
-            epoch += 1
+    losses, times = hist.step_loss, hist.step_seconds
     params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     loss_t = torch.tensor(losses, device=device)
     divergence = 0.0
@@ -193,11 +184,10 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
         div = (params.to(device) - ref).abs().max().reshape(1)
         dist.all_reduce(div, op=dist.ReduceOp.MAX)
         divergence = float(div)
-    steady = sorted(times[1:] or times)
     return {"world_size": world_size, "device": str(device), "threads": torch.get_num_threads(),
             "precision": str(mixed or torch.float32).replace("torch.", ""),
             "global_batch": cfg.batch_size * cfg.accum * world_size, "losses": loss_t.tolist(),
-            "step_times": times, "median_step_s": steady[len(steady) // 2],
+            "step_times": times, "median_step_s": statistics.median(times[1:] or times),
             "replica_divergence": divergence, "n_params": int(params.numel()),
             "params": params}
 

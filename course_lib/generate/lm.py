@@ -1,11 +1,12 @@
 """The decoder as a language model of the course's reviews: the token stream it reads, the
-training loop (nanoGPT's: random windows of the stream, AdamW, warm-up then cosine), its
+training (nanoGPT's recipe: random windows of the stream, AdamW, warm-up then cosine), its
 perplexity per review, and the conversion of a multi-head model to fewer key/value heads.
 
 * ``token_stream``: every review's word ids followed by ``EOS`` ("end of review", the id after
   the corpus vocabulary), one long 1-D tensor: the model learns where a review ends too.
 * ``train_lm``: ``steps`` updates on windows of ``context + 1`` tokens drawn from the stream
-  by a seeded generator (the same seed, the same windows, in the same order).
+  by a seeded generator (the same seed, the same windows, in the same order), run by the
+  course's one loop (``core.train.train``).
 * ``review_nll``: each review scored on its own, after an ``EOS`` (as the model saw a review
   start in training): the summed negative log-likelihood of its words and its ``EOS``, and how
   many tokens that is. Perplexity and its paired comparisons are computed from these sums.
@@ -16,17 +17,15 @@ perplexity per review, and the conversion of a multi-head model to fewer key/val
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from course_lib.core.data import ReviewDataset
-from course_lib.core.progress import tqdm
-from course_lib.core.train import train_step, warmup_cosine
+from course_lib.core.train import TrainConfig, train
 from course_lib.generate.decoder import DecoderConfig, DecoderLM
-from course_lib.measure.verdicts import Estimate, Ratio
+from course_lib.measure.verdicts import Ratio
 
 
 def eos_id(dataset: ReviewDataset) -> int:
@@ -89,30 +88,40 @@ class LMTraining:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
 
+class Windows:
+    """``steps`` batches of random windows of ``stream`` (``windows``), drawn with one seeded
+    generator: the LM's "loader" for the course's training loop."""
+
+    def __init__(self, stream: torch.Tensor, *, steps: int, context: int, batch: int, seed: int):
+        self.stream, self.steps, self.context, self.batch = stream, steps, context, batch
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            x, y = windows(self.stream, context=self.context, batch=self.batch,
+                           generator=self.generator)
+            yield {"x": x, "y": y}
+
+
 def train_lm(model: DecoderLM, stream: torch.Tensor, *, cfg: LMTraining = LMTraining(),
              progress: bool = True, desc: str = "training the decoder") -> dict:
-    """Train ``model`` in place on windows of ``stream``; returns the loss of every step (nats
-    per token) and the seconds it took."""
+    """Train ``model`` in place on windows of ``stream`` with the course's loop
+    (``core.train.train``: AdamW with decay on the weight matrices only, warm-up and cosine,
+    clipping at 1, in FP32); returns the loss of every step (nats per token) and the seconds."""
     cfg.validate()
     if cfg.context > model.cfg.max_len:
         raise ValueError(f"context ({cfg.context}) must fit the model's max_len ({model.cfg.max_len})")
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
-    warm = max(1, int(cfg.warmup_frac * cfg.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, cfg.steps, warm))
-    g = torch.Generator().manual_seed(cfg.seed)
-    model.train()
-    losses, t0 = [], time.perf_counter()
-    for _ in tqdm(range(cfg.steps), desc=desc, disable=not progress):
-        x, y = windows(stream, context=cfg.context, batch=cfg.batch, generator=g)
-        loss, _ = train_step(model, {"x": x, "y": y}, opt, device="cpu", dtype=None,
-                             loss_fn=next_token_loss, grad_clip=1.0)   # the course's one step
-        sched.step()
-        losses.append(loss)
+    loader = Windows(stream, steps=cfg.steps, context=cfg.context, batch=cfg.batch, seed=cfg.seed)
+    hist = train(model, loader, cfg=TrainConfig(epochs=1, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                                warmup_frac=cfg.warmup_frac, grad_clip=1.0,
+                                                seed=cfg.seed),
+                 loss_fn=next_token_loss, autocast_dtype=None, device="cpu", progress=progress,
+                 desc=desc)
     model.eval()
-    return {"losses": losses, "seconds": time.perf_counter() - t0}
+    return {"losses": hist.step_loss, "seconds": hist.seconds}
 
 
 @torch.inference_mode()

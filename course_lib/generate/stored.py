@@ -27,6 +27,7 @@ from course_lib.core.data import Corpus, load_corpus
 from course_lib.generate.decoder import DecoderConfig, DecoderLM
 from course_lib.generate.lm import (LMTraining, lm_vocab_size, perplexity, perplexity_ratio,
                                     review_nll, to_kv_heads, token_stream, train_lm)
+from course_lib.measure.verdicts import Ratio, mean_and_se
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 KV_HEADS = (4, 2, 1)          # multi-head, grouped-query, multi-query: the stored targets
@@ -211,7 +212,7 @@ def _ratio_dict(r) -> dict:
     return {"value": r.value, "se": r.se, "dof": r.dof}
 
 
-def gqa_sweep(evidence: dict) -> dict[int, dict[int, "Ratio"]]:
+def gqa_sweep(evidence: dict) -> dict[int, dict[int, Ratio]]:
     """The verdict's sweep from ``gqa_uptrain_evidence``: per key/value-head count below
     multi-head and per uptraining budget (0: the conversion alone), the geometric mean over
     seeds of the perplexity ratio to multi-head. Its error adds the seeds' spread (training
@@ -219,7 +220,6 @@ def gqa_sweep(evidence: dict) -> dict[int, dict[int, "Ratio"]]:
     shares (the same reviews), so more seeds cannot shrink it."""
     import math
 
-    from course_lib.measure.verdicts import Ratio, mean_and_se
     out: dict[int, dict[int, Ratio]] = {}
     top = max(evidence["kv_heads"])
     for kv in evidence["kv_heads"]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.core.device import synchronize  # noqa: F401  (bench.synchronize: every timer's wait)
+
 
 def forward_call(model: torch.nn.Module, *inputs: torch.Tensor,
                  context: Callable[[], object] | None = None) -> Callable[[], object]:
@@ -49,14 +51,6 @@ def backward_call(model: torch.nn.Module, *inputs: torch.Tensor) -> Callable[[],
     def run() -> tuple:
         return torch.autograd.grad(model(*inputs).float().sum(), params)
     return run
-
-
-def synchronize(device: torch.device | str | None = None) -> None:
-    kind = torch.device(device).type if device is not None else None
-    if (kind in (None, "cuda")) and torch.cuda.is_available():
-        torch.cuda.synchronize()
-    elif kind == "mps":
-        torch.mps.synchronize()
 
 
 @dataclass(frozen=True)

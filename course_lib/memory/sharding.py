@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
@@ -37,8 +36,6 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_lib.core.model import build_model
-from course_lib.core.task import task_loss
-from course_lib.core.train import train_step
 from course_lib.memory.anatomy import Setup
 
 __all__ = ["STRATEGIES", "MODULE", "COLLECTIVES", "ShardConfig", "CollectiveCounter", "traffic", "train_rank", "worker_args", "main"]
@@ -167,7 +164,8 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
     (intercepted: calls, payload and sent bytes per operation) and the full final parameters."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from course_lib.core.optimizers import make_optimizer, optimizer_class
+    from course_lib.core.optimizers import make_optimizer, optimizer_class, param_groups
+    from course_lib.core.train import TrainConfig, train
 
     cfg.validate()
     s = cfg.setup
@@ -182,25 +180,31 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
         for block in model.blocks:          # each block gathered just before it runs
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)       # the rest: embedding, final norm, head
-        net, opt = model, make_optimizer(s.optimizer, model.parameters(), lr=cfg.lr)
+        net = model
     else:
         net = DDP(model)
-        if cfg.strategy == "zero1":
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-            cls, options = optimizer_class(s.optimizer)
-            opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=cls, lr=cfg.lr,
-                                          **options)
-        else:
-            opt = make_optimizer(s.optimizer, net.parameters(), lr=cfg.lr)
-    loss_fn = task_loss("classification")
+    # the course's optimizer rule (decay on the weight matrices only) for every strategy; ZeRO-1
+    # shards the state of the same optimizer class with the same groups
+    groups = param_groups(net, weight_decay=0.01)
+    if cfg.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        cls, options = optimizer_class(s.optimizer)
+        # ZeRO places tensors greedily, largest first, one group after the other: the group
+        # holding the largest tensor (the embedding) goes first, or the ranks' shares drift apart
+        groups.sort(key=lambda g: -max((p.numel() for p in g["params"]), default=0))
+        opt = ZeroRedundancyOptimizer(groups, optimizer_class=cls, lr=cfg.lr,
+                                      **{k: v for k, v in options.items() if k != "weight_decay"})
+    else:
+        opt = make_optimizer(s.optimizer, groups, lr=cfg.lr)
     counter = CollectiveCounter()
-    t0 = time.perf_counter()
-    for step in range(cfg.steps):
-        last = step == cfg.steps - 1        # earlier steps include FSDP2's lazy set-up
-        with counter if last else contextlib.nullcontext():
-            train_step(net, _batch(cfg, rank, step), opt, device="cpu", dtype=None,
-                       loss_fn=loss_fn, grad_clip=None)
-    seconds = time.perf_counter() - t0
+    batches = [_batch(cfg, rank, step) for step in range(cfg.steps)]
+    last = cfg.steps - 1                    # earlier steps include FSDP2's lazy set-up
+    hist = train(net, batches, optimizer=opt, max_steps=cfg.steps, autocast_dtype=None,
+                 cfg=TrainConfig(epochs=1, lr=cfg.lr, grad_clip=0.0, seed=cfg.seed,
+                                 schedule="constant"),
+                 step_context=lambda step: counter if step == last else contextlib.nullcontext(),
+                 progress=False)
+    seconds = hist.seconds
     params = list(model.parameters())
     local_opt = opt.optim if cfg.strategy == "zero1" else opt
     held = {"weights": sum(_local_bytes(p) for p in params),

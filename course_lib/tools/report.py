@@ -22,7 +22,6 @@ import html
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
