@@ -1,4 +1,5 @@
-"""Saved-activation accounting, checked against hand counts on models small enough to reason about."""
+"""Saved-activation accounting, checked against hand counts on models small enough to reason
+about."""
 import math
 
 import pytest

@@ -1,4 +1,5 @@
-"""course_lib.precision.amp: the AMP loop on CPU, the gradient scaler's reaction to inf, no deprecations."""
+"""course_lib.precision.amp: the AMP loop on CPU, the gradient scaler's reaction to inf, no
+deprecations."""
 import warnings
 
 import pytest
@@ -54,7 +55,8 @@ def test_regression_task_trains_on_the_ratings_with_mse():
     model, loader = tiny(n_outputs=1), toy_loader()
     b = loader[0]
     with torch.no_grad():   # the first step's loss is the untouched model's MSE on the ratings
-        first = torch.nn.functional.mse_loss(model(b["input_ids"], b["attention_mask"]), b["ratings"])
+        first = torch.nn.functional.mse_loss(model(b["input_ids"], b["attention_mask"]),
+                                             b["ratings"])
     h = amp.amp_train(model, loader, precision_name="fp32", steps=3, task="regression")
     assert h.loss[0] == pytest.approx(float(first), rel=1e-5)
     assert len(h.loss) == 3
@@ -95,7 +97,8 @@ def test_evaluate_under_bf16_autocast_in_eval_mode():
 
     class DS(Dataset):
         def __init__(self, b):
-            self.items = [{"rating": float(r), "label": int(lab)} for r, lab in zip(b["ratings"], b["labels"])]
+            self.items = [{"rating": float(r), "label": int(lab)}
+                          for r, lab in zip(b["ratings"], b["labels"])]
 
         def __len__(self):
             return len(self.items)
@@ -165,7 +168,8 @@ def test_speed_by_width_builds_each_width_and_measured_recipe_needs_the_whole_in
     assert amp_speed.measured_recipe(row) == "bf16"
     row["fp16"]["speedup"] = Estimate(1.8, 0.05, 4)
     assert amp_speed.measured_recipe(row) == "fp16"
-    slow = {"fp32": {"speedup": Estimate(1.0, 0.0, 2)}, "bf16": {"speedup": Estimate(0.06, 0.01, 2)}}
+    slow = {"fp32": {"speedup": Estimate(1.0, 0.0, 2)},
+            "bf16": {"speedup": Estimate(0.06, 0.01, 2)}}
     assert amp_speed.measured_recipe(slow) == "fp32"
 
 

@@ -23,7 +23,8 @@ def test_autocast_saves_16_bit_input_and_weight_copies(dtype):
     assert saved_activation_bytes(OneLinear(), x, None) == 4 * 4 * 16          # x in fp32
     # under autocast linear saves its 16-bit input and, for the input's gradient, the 16-bit
     # copy of the weight: the copy is not the parameter's storage, so it counts
-    assert saved_activation_bytes(OneLinear(), x, None, autocast_dtype=dtype) == 2 * (4 * 16 + 8 * 16)
+    assert (saved_activation_bytes(OneLinear(), x, None, autocast_dtype=dtype)
+            == 2 * (4 * 16 + 8 * 16))
     # without a gradient for the input, the weight copy is not kept
     assert saved_activation_bytes(OneLinear(), x.detach(), None, autocast_dtype=dtype) == 2 * 4 * 16
 
@@ -46,8 +47,10 @@ def test_saving_grows_with_the_batch_and_is_bounded_by_the_activation_ratio():
     rows = amp_memory.by_batch(model, vocab_size=60, batches=[1, 8, 64], length=32)
     ratios = [r["ratio"] for r in rows]
     assert ratios[0] > ratios[1] > ratios[2]          # activations take over as the batch grows
-    assert all(r > 0.5 for r in ratios)               # 16-bit activations cannot save more than half
-    assert ratios[0] > 1 > ratios[2]                  # at batch 1 the weight copies cost more than they save
+    assert all(r > 0.5 for r in ratios)               # 16-bit activations cannot save more than
+                                                      # half
+    assert ratios[0] > 1 > ratios[2]                  # at batch 1 the weight copies cost more than
+                                                      # they save
     shares = [r["activation_share_fp32"] for r in rows]
     assert shares == sorted(shares)
     with pytest.raises(ValueError, match="batches and length"):

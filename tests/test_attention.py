@@ -17,7 +17,8 @@ MASKS = {
     "window": lambda n: A.sliding_window_mask(n, window=5),
     "window_causal": lambda n: A.sliding_window_mask(n, window=7, causal=True),
     "block_sparse": lambda n: A.block_sparse_mask(n, block_size=16, neighbors=0, global_tokens=3),
-    "per_batch": lambda n: (torch.rand(2, 1, n, n, generator=torch.Generator().manual_seed(1)) < 0.5)
+    "per_batch": lambda n: (torch.rand(2, 1, n, n,
+                                       generator=torch.Generator().manual_seed(1)) < 0.5)
     | torch.eye(n, dtype=torch.bool),
 }
 
@@ -141,7 +142,8 @@ def test_memory_model_matches_hand_computation():
     # FlashAttention's backward: 5 A, one log-sum-exp per row and four 128 x 128 tiles, by hand
     fl = M.predict_memory(method="flash", batch=1, heads=8, length=4096, head_dim=64, backward=True)
     assert fl.peak_extra == 5 * 8 * 4096 * 64 * 4 + 8 * 4096 * 4 + 4 * 8 * 128 * 128 * 4
-    saved = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64, backward=True)
+    saved = M.predict_memory(method="tiled", batch=1, heads=8, length=4096, head_dim=64,
+                             backward=True)
     assert saved.peak_extra == 2 * 512 * 2**20 + (4096 // 128 + 5) * 8 * 4096 * 64 * 4
     assert fl.peak_extra < saved.peak_extra / 30
     with pytest.raises(ValueError, match="length"):
@@ -227,19 +229,21 @@ def test_the_flex_plan_skips_only_for_a_stated_reason():
 
 def test_lookups_find_the_row_or_case_asked_for_and_name_what_is_missing():
     from course_lib.attention.memory import ms_at, peak_of, predict_case, predict_memory
-    rows = [{"method": "naive", "length": 64, "ms": 1.5}, {"method": "sdpa", "length": 64, "ms": 0.5}]
+    rows = [{"method": "naive", "length": 64, "ms": 1.5},
+            {"method": "sdpa", "length": 64, "ms": 0.5}]
     assert ms_at(rows, method="sdpa", length=64) == 0.5
     with pytest.raises(KeyError, match="method='tiled', length=64"):
         ms_at(rows, method="tiled", length=64)
     base = dict(batch=2, heads=4, head_dim=16, block_size=32)
-    cases = [dict(base, method="tiled", length=128), dict(base, method="tiled", length=128, backward=True),
+    cases = [dict(base, method="tiled", length=128),
+             dict(base, method="tiled", length=128, backward=True),
              dict(base, method="flash", length=128, backward=True)]
     assert peak_of(cases, [10, 20, 30], method="tiled", length=128, backward=True) == 20
     assert peak_of(cases, [10, 20, 30], method="flash", length=128, backward=True) == 30
     with pytest.raises(KeyError, match="window=8"):
         peak_of(cases, [10, 20, 30], method="tiled", length=128, window=8)
-    assert predict_case(cases[2]) == predict_memory(method="flash", batch=2, heads=4, length=128, head_dim=16,
-                                                    backward=True, block_size=32)
+    assert predict_case(cases[2]) == predict_memory(method="flash", batch=2, heads=4, length=128,
+                                                    head_dim=16, backward=True, block_size=32)
 
 
 def test_tiled_backward_model_counts_what_autograd_saves():
@@ -256,7 +260,8 @@ def test_tiled_backward_model_counts_what_autograd_saves():
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             A.tiled_attention(q, k, v, block_size=128)
         saved = sum(seen.values()) - 3 * q.numel() * 4                  # beyond the inputs
-        est = predict_memory(method="tiled", batch=1, heads=4, length=length, head_dim=64, backward=True)
+        est = predict_memory(method="tiled", batch=1, heads=4, length=length, head_dim=64,
+                             backward=True)
         a = est.activations
         model_saved = 2 * est.score_matrix + (length // 128) * a
         assert model_saved <= saved <= model_saved + 2 * a, (saved, model_saved)

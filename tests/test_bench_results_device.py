@@ -72,15 +72,18 @@ def test_compare_over_gives_one_speedup_per_input_and_their_geometric_mean(clock
             clock.now += x
         return {"base": base, "fast": clock.fn(x / (3 if x == 6 else 2))}
     r = bench.compare_over([4, 8, 6], make, warmup=1, repeats=2)
-    assert calls == [4] * 3 + [8] * 3 + [6] * 3               # each input: warm-up, then its repeats
-    assert r["base"]["speedups"] == [1.0, 1.0, 1.0] and r["fast"]["median_s"] == pytest.approx([2, 4, 2])
+    assert calls == [4] * 3 + [8] * 3 + [6] * 3               # each input: warm-up, then its
+                                                              # repeats
+    assert (r["base"]["speedups"] == [1.0, 1.0, 1.0]
+            and r["fast"]["median_s"] == pytest.approx([2, 4, 2]))
     assert r["fast"]["speedups"] == pytest.approx([2.0, 2.0, 3.0])
     assert r["fast"]["speedup"] == geometric_mean([2.0, 2.0, 3.0]) and r["fast"]["speedup"].dof == 2
     assert r["fast"]["speedup"].value == pytest.approx(12 ** (1 / 3))
     with pytest.raises(ValueError, match="inputs"):
         bench.compare_over([], make)
     with pytest.raises(ValueError, match="same alternatives"):
-        bench.compare_over([1, 2], lambda x: {"a": clock.fn(1), **({"b": clock.fn(1)} if x == 1 else {})})
+        bench.compare_over([1, 2], lambda x: {"a": clock.fn(1),
+                                              **({"b": clock.fn(1)} if x == 1 else {})})
 
 
 def test_bench_bad_arguments():

@@ -62,7 +62,8 @@ def test_accuracy_by_rule_counts_each_review_under_each_of_its_rules(monkeypatch
 def parameters(nb: str) -> dict:
     """The literal knobs of a notebook's parameters cell (smoke/full values resolved to full)."""
     import ast
-    cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
+    cells = json.loads((Path(__file__).parents[1] / "notebooks"
+                        / f"{nb}.ipynb").read_text())["cells"]
     cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
     values = {}
     for line in "".join(cell["source"]).splitlines():
@@ -81,9 +82,12 @@ def parameters(nb: str) -> dict:
 
 def test_headroom_recipes_are_the_lessons_defaults():
     r = LessonRecipes()
-    p06, p00, p04 = parameters("06_distillation"), parameters("00_welcome"), parameters("04_mixed_precision")
-    assert (r.distill_steps, r.distill_batch) == (p06["STEPS"], p06["BATCH"]) == (RECIPE["steps"], RECIPE["batch_size"])
-    assert (r.temperature, r.alpha) == (p06["TEMPERATURE"], p06["ALPHA"]) == (RECIPE["temperature"], RECIPE["alpha"])
+    p06, p00, p04 = (parameters("06_distillation"), parameters("00_welcome"),
+                     parameters("04_mixed_precision"))
+    assert (r.distill_steps, r.distill_batch) == (p06["STEPS"], p06["BATCH"]) == (
+        RECIPE["steps"], RECIPE["batch_size"])
+    assert (r.temperature, r.alpha) == (p06["TEMPERATURE"], p06["ALPHA"]) == (
+        RECIPE["temperature"], RECIPE["alpha"])
     assert (r.first_run_preset, r.first_run_epochs, r.first_run_lr) == (
         p00["TRAIN_PRESET"], p00["TRAIN_EPOCHS"], p00["TRAIN_LR"])
     assert (r.reg_steps, r.reg_length, r.reg_scale) == (p04["REG_STEPS"], p04["REG_LENGTH"],

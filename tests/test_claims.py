@@ -7,8 +7,8 @@ import pytest
 from course_lib.measure.claims import ARTICLES, CLAIMS
 from course_lib.measure.judging import judge
 from course_lib.measure.results import Recorder
-from course_lib.measure.verdicts import (OUTCOMES, Estimate, Rule, accuracy_se, difference_se, mean_and_se,
-                                 speedup)
+from course_lib.measure.verdicts import (OUTCOMES, Estimate, Rule, accuracy_se, difference_se,
+                                         mean_and_se, speedup)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,8 @@ def test_rule_boundaries_and_errors():
     lo = Rule("error", "<=", 0.0)
     assert lo.judge(0) == "holds" and lo.judge(1) == "fails"
     # a diverged run (infinite error) is beyond any threshold; NaN or unknown noise decide nothing
-    assert r.judge(math.inf) == "holds" and lo.judge(math.inf) == "fails" and r.judge(-math.inf) == "fails"
+    assert (r.judge(math.inf) == "holds" and lo.judge(math.inf) == "fails"
+            and r.judge(-math.inf) == "fails")
     assert r.judge(math.nan) == "inconclusive" and r.judge(math.inf, math.inf) == "inconclusive"
     assert "≥ 1.2" in r.text() and "Student's t" in r.text()
     with pytest.raises(ValueError, match="direction"):
@@ -76,7 +77,8 @@ def test_noise_helpers_match_hand_computations():
         speedup([1.0], [1.0, 2.0])
     e = Estimate(1.5, 0.1, 2.0)                           # "±" is the 95% half-width: t(2) = 4.30
     assert f"{e:.2f×}" == "1.50× ± 0.43" and f"{Estimate(-1.0, 0.5):+.1f}" == "-1.0 ± 1.0"
-    assert f"{Estimate(3.0, 0.0):.1f}" == "3.0" and f"{Estimate(3.0, math.inf, 1.0):.1f}" == "3.0 (one sample)"
+    assert (f"{Estimate(3.0, 0.0):.1f}" == "3.0"
+            and f"{Estimate(3.0, math.inf, 1.0):.1f}" == "3.0 (one sample)")
     with pytest.raises(ValueError):
         accuracy_se(1.5, 10)
 
@@ -128,7 +130,8 @@ def test_few_seeds_earn_a_wide_interval_where_2_se_would_have_called_it():
     """Three seeds, a +3.5 ± 1.6 point difference (lesson 02's convergence run): 2 SE would say
     it clears 0; Student's t with 2 degrees of freedom (4.30) says inconclusive."""
     est = mean_and_se([1.7, 2.1, 6.7])
-    assert est.dof == 2 and est.value == pytest.approx(3.5) and est.se == pytest.approx(1.6, abs=0.01)
+    assert (est.dof == 2 and est.value == pytest.approx(3.5)
+            and est.se == pytest.approx(1.6, abs=0.01))
     rule = Rule("difference (points)", ">=", 0.0)
     assert est.value - 2 * est.se > 0                        # the old rule would have called it
     assert rule.judge(*est) == "inconclusive"
@@ -155,7 +158,8 @@ def test_demonstrations_are_apart_from_claims_and_show_their_check():
     ok = show("float_layouts", ok=True, numbers="3 of 3")
     assert "**Shown.**" in demonstration_markdown(ok) and "3 of 3" in demonstration_markdown(ok)
     assert "bug" in demonstration_markdown(show("float_layouts", ok=False, numbers="2 of 3"))
-    assert "**Formula:**" in demonstration_markdown(show("pruning_shrinks_model", ok=True, numbers="x"))
+    assert "**Formula:**" in demonstration_markdown(show("pruning_shrinks_model", ok=True,
+                                                         numbers="x"))
     with pytest.raises(ValueError, match="demo_id must be one of"):
         show("no_such_fact", ok=True, numbers="")
     rec = Recorder("03_floating_point", smoke=True)
@@ -179,7 +183,8 @@ def test_a_ratio_is_judged_and_printed_on_the_log_scale():
     linear, ratio = Rule("q", ">=", 1.1), Rule("q", ">=", 1.1, log=True)
     tight = Ratio(2.0, 0.3, 4)           # linear 2 ± 0.83: clears 1.1; log: 2 ×/÷ 1.52, clears too
     assert linear.judge(*tight) == ratio.judge(*tight) == "holds"
-    skew = Ratio(3.0, 1.0, 4)            # linear: 3 ± 2.78 straddles 1.1; log: 3 / 2.53 = 1.19 clears it
+    skew = Ratio(3.0, 1.0, 4)            # linear: 3 ± 2.78 straddles 1.1; log: 3 / 2.53 = 1.19
+                                         # clears it
     assert linear.judge(*skew) == "inconclusive" and ratio.judge(*skew) == "holds"
     assert "log scale" in ratio.text() and "log scale" not in linear.text()
     with pytest.raises(ValueError, match="threshold > 0"):

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from course_lib.optim import compile_timing as CT
-from course_lib.optim.compile import compile_or_eager, count_graphs_limited, graph_breaks, trimmed_forward
+from course_lib.optim.compile import (compile_or_eager, count_graphs_limited, graph_breaks,
+                                      trimmed_forward)
 
 
 class Tiny(nn.Module):
@@ -32,14 +33,16 @@ def test_trimming_inside_the_call_breaks_the_graph_and_the_plain_call_does_not()
     trimmed = graph_breaks(trimmed_forward(model), (ids, mask))
     assert plain["breaks"] == 0 and plain["graphs"] == 1
     assert trimmed["breaks"] >= 1 and trimmed["graphs"] >= 2 and trimmed["reasons"]
-    assert torch.allclose(trimmed_forward(model)(ids, mask), model(ids, mask), atol=1e-6)  # same answer
+    # same answer
+    assert torch.allclose(trimmed_forward(model)(ids, mask), model(ids, mask), atol=1e-6)
 
 
 def test_recompile_limit_caps_the_graphs():
     f = lambda x: (x * 2).sum()  # noqa: E731
     calls = [(torch.ones(n),) for n in range(1, 7)]
     capped = count_graphs_limited(f, calls, recompile_limit=2)
-    assert {k: capped[k] for k in ("graphs", "calls", "limit")} == {"graphs": 2, "calls": 6, "limit": 2}
+    assert ({k: capped[k] for k in ("graphs", "calls", "limit")}
+            == {"graphs": 2, "calls": 6, "limit": 2})
     assert capped["default"] == 8   # torch's default, restored after the call
     import torch._dynamo.config as dc
     assert getattr(dc, "recompile_limit", getattr(dc, "cache_size_limit", None)) == 8
@@ -93,4 +96,5 @@ def test_fresh_inductor_cache_points_inductor_at_an_empty_directory_and_puts_it_
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/somewhere_else")
     with fresh_inductor_cache() as path:
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == path and os.listdir(path) == []
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/somewhere_else" and not os.path.exists(path)
+    assert (os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/somewhere_else"
+            and not os.path.exists(path))

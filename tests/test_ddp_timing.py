@@ -1,5 +1,5 @@
-"""Tests of course_lib.distributed.timing with fake launch/train functions: every configuration runs once
-per round, the order rotates, each gets the same model and global batch, and speed-ups are the
+"""Tests of course_lib.distributed.timing with fake launch/train functions: every configuration runs
+once per round, the order rotates, each gets the same model and global batch, and speed-ups are the
 per-round ratios by hand."""
 import math
 import statistics
@@ -30,7 +30,8 @@ def test_rounds_rotate_and_configurations_share_the_global_batch():
     assert all(len(v) == 3 for v in times.values())
     firsts = [calls[i][:2] for i in (0, 3, 6)]          # who ran first in each round
     assert firsts == [("train", 1), ("train", 2), ("ddp", 2)]
-    assert {c[2] for c in calls} == {16} and {c[3] for c in calls} == {32}   # same global batch, model
+    # same global batch, model
+    assert {c[2] for c in calls} == {16} and {c[3] for c in calls} == {32}
     with pytest.raises(ValueError, match="rounds"):
         interleaved_step_times([], nproc=2, cores=2, rounds=1, launch=launch, train=train)
 
@@ -89,7 +90,8 @@ def test_the_speed_evidence_reduces_to_speedups_and_the_model_by_hand():
                     "64": dict(zip(names, ([0.30, 0.30], [0.20, 0.20], [0.15, 0.15])))}}
     red = from_evidence(ev)
     assert sorted(red["sweep"]) == [4, 64] and red["rounds"] == 2
-    assert red["ups"][64]["ddp"].value == pytest.approx(2.0) and red["ups"][4]["ddp"].value == pytest.approx(1.0)
+    assert (red["ups"][64]["ddp"].value == pytest.approx(2.0)
+            and red["ups"][4]["ddp"].value == pytest.approx(1.0))
     comm = ring_allreduce_seconds(4 * 250_000, ranks=2, bandwidth=1e9)   # 1 ms
     assert red["comm_s"] == pytest.approx(comm)
     assert red["predicted"][64] == pytest.approx(0.30 / (0.15 + comm))
@@ -104,7 +106,8 @@ def test_the_allreduce_is_priced_from_the_sizes_measured_around_it():
     assert allreduce_seconds_at(t, 40_000) == pytest.approx(math.sqrt(1e-4 * 4e-3))   # log midpoint
     assert allreduce_seconds_at(t, 400_000) == pytest.approx(4e-3)
     assert allreduce_seconds_at(t, 100) == 1e-4                                   # latency floor
-    assert allreduce_seconds_at(t, 8_000_000) == pytest.approx(16e-3)             # + bytes at 0.5 GB/s
+    # + bytes at 0.5 GB/s
+    assert allreduce_seconds_at(t, 8_000_000) == pytest.approx(16e-3)
     with pytest.raises(ValueError, match="timings"):
         allreduce_seconds_at([], 10)
     names = ["1 process, 1 thread", "1 process, 2 threads", "DDP, 2 ranks"]

@@ -33,7 +33,8 @@ def test_mixed_loss_and_unlabelled_items():
     got = distillation_loss(s, t, y, temperature=2.0, alpha=0.3)
     # by hand, review by review: alpha * soft_i + (1 - alpha) * CE_i (labelled only), then the mean
     per_review = [0.3 * soft_loss(s[i:i + 1], t[i:i + 1], temperature=2.0)
-                  + (0.7 * torch.nn.functional.cross_entropy(s[i:i + 1], y[i:i + 1]) if y[i] >= 0 else 0.0)
+                  + (0.7 * torch.nn.functional.cross_entropy(s[i:i + 1], y[i:i + 1])
+                     if y[i] >= 0 else 0.0)
                   for i in range(4)]
     assert got.item() == pytest.approx(sum(float(v) for v in per_review) / 4, rel=1e-6)
     # alpha means the same balance whatever share is labelled: all labelled, the usual mix

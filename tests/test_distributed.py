@@ -216,16 +216,21 @@ def test_easy_task_and_the_accuracy_of_returned_parameters():
     from course_lib.core.data import CorpusConfig
     from course_lib.distributed.setup import accuracy_of_params, worker_corpus, worker_model
     from course_lib.core.evaluate import evaluate
-    cfg = WorkerConfig(**{**DRY_RUN, "steps": 3, "optimizer": "sgd", "lr": 0.1, "threads": 1, "task": "easy"})
+    cfg = WorkerConfig(**{**DRY_RUN, "steps": 3, "optimizer": "sgd", "lr": 0.1, "threads": 1,
+                          "task": "easy"})
     easy = worker_corpus(cfg)
-    want = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)
-    assert [r["input_ids"].tolist() for r in easy.train][:5] == [r["input_ids"].tolist() for r in want.train][:5]
+    want = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0),
+                       scale=cfg.data_scale)
+    assert ([r["input_ids"].tolist() for r in easy.train][:5]
+            == [r["input_ids"].tolist() for r in want.train][:5])
     full = worker_corpus(WorkerConfig(**{**DRY_RUN, "task": "full"}))
-    assert any(a["input_ids"].tolist() != b["input_ids"].tolist() for a, b in zip(easy.train, full.train))
+    assert any(a["input_ids"].tolist() != b["input_ids"].tolist()
+               for a, b in zip(easy.train, full.train))
     out = run_training(cfg)
     model = worker_model(cfg, len(easy.vocab))      # the same weights, loaded by hand
     torch.nn.utils.vector_to_parameters(out["params"], model.parameters())
-    ref = evaluate(model.eval(), course_loader(easy.val, batch_size=7, shuffle=False, max_length=cfg.max_length))
+    ref = evaluate(model.eval(), course_loader(easy.val, batch_size=7, shuffle=False,
+                                               max_length=cfg.max_length))
     assert accuracy_of_params(cfg, out["params"]) == pytest.approx(ref["accuracy"])
     with pytest.raises(ValueError, match="params has"):
         accuracy_of_params(cfg, out["params"][:-1])
@@ -234,9 +239,11 @@ def test_easy_task_and_the_accuracy_of_returned_parameters():
 def test_items_per_rank_with_and_without_a_sampler():
     from course_lib.distributed.setup import items_per_rank
     shared = items_per_rank(100, world_size=2, distributed=True)
-    assert not shared[0] & shared[1] and shared[0] | shared[1] == set(range(100))   # disjoint, complete
+    # disjoint, complete
+    assert not shared[0] & shared[1] and shared[0] | shared[1] == set(range(100))
     own = items_per_rank(100, world_size=2, distributed=False)
-    assert own[0] == own[1] == set(range(100))                                      # each rank loads all
+    # each rank loads all
+    assert own[0] == own[1] == set(range(100))
     with pytest.raises(ValueError, match="world_size"):
         items_per_rank(10, world_size=0, distributed=True)
 
@@ -253,7 +260,8 @@ def test_loss_noise_is_the_step_to_step_spread_and_stability_pairs_by_seed():
     with pytest.raises(ValueError, match="tail"):
         stability.loss_noise(losses, tail=0)
     runs = [{"multiple": k, "seed": s, "global_batch": 16 * k, "noise": n, "val_accuracy": a}
-            for k, s, n, a in ((1, 0, 0.2, 0.90), (1, 1, 0.1, 0.92), (2, 0, 0.1, 0.93), (2, 1, 0.05, 0.92))]
+            for k, s, n, a in ((1, 0, 0.2, 0.90), (1, 1, 0.1, 0.92), (2, 0, 0.1, 0.93),
+                               (2, 1, 0.05, 0.92))]
     red = stability.from_evidence({"runs": runs})
     assert red["noise_ratio"][32].value == pytest.approx(0.5) and red["noise_ratio"][32].se == 0
     assert red["accuracy_change"][32].value == pytest.approx(1.5) and red["base_batch"] == 16
@@ -262,7 +270,8 @@ def test_loss_noise_is_the_step_to_step_spread_and_stability_pairs_by_seed():
     with pytest.raises(ValueError, match="multiple 1"):
         stability.from_evidence({"runs": runs[2:]})
     tested = [{**r, "test_accuracy": t} for r, t in zip(runs, (0.95, 0.96, 0.955, 0.97))]
-    red = stability.from_evidence({"runs": tested})   # the 2,000 test reviews, where every run has them
+    red = stability.from_evidence({"runs": tested})   # the 2,000 test reviews, where every run has
+                                                      # them
     assert red["accuracy_change"][32].value == pytest.approx(0.75) and red["scored_reviews"] == 2000
     assert red["accuracy_key"] == "test_accuracy" and red["scored_on"] == "test"
 

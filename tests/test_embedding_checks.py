@@ -14,7 +14,8 @@ def test_attention_flop_share_by_hand():
     # MiniLM: d 384, d_ff 1536, 26 tokens -> 2*26*384 / (2*26*384 + 4*384^2 + 2*384*1536)
     want = 19968 / (19968 + 589824 + 1179648)
     assert E.attention_flop_share(d_model=384, d_ff=1536, length=26) == pytest.approx(want)
-    assert E.attention_flop_share(d_model=64, d_ff=256, length=100_000) > 0.99   # long: attention wins
+    # long: attention wins
+    assert E.attention_flop_share(d_model=64, d_ff=256, length=100_000) > 0.99
     with pytest.raises(ValueError, match="length"):
         E.attention_flop_share(d_model=384, d_ff=1536, length=0)
 

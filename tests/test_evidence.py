@@ -17,13 +17,16 @@ def test_a_tiny_teacher_and_student_run_store_their_curves_command_and_hardware(
     body = ev.teacher_convergence(corpus, seeds=(0, 1), recipe=recipe, progress=False)
     runs = body["runs"]
     assert [r["seed"] for r in runs] == [0, 1] and all(len(r["val_curve"]) == 2 for r in runs)
-    assert runs[0]["val_curve"][-1]["step"] == runs[0]["steps"]        # a point per epoch, to the end
+    # a point per epoch, to the end
+    assert runs[0]["val_curve"][-1]["step"] == runs[0]["steps"]
     path = ev.write_evidence("teacher_convergence", body, command="python -m x", directory=tmp_path,
                              seconds=12.34)
     stored = json.loads(path.read_text())
     assert stored["command"] == "python -m x" and stored["hardware"]["device"] == "cpu"
-    import subprocess, torch
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    import subprocess
+    import torch
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
     assert stored["torch"] == torch.__version__ and stored["seconds"] == 12.3
     assert stored["commit"].split("+")[0] == (head or "unknown")
     row, = ev.summary(ev.load_evidence("teacher_convergence", directory=tmp_path))
@@ -32,12 +35,14 @@ def test_a_tiny_teacher_and_student_run_store_their_curves_command_and_hardware(
     assert all(s in {p["step"] for p in runs[0]["val_curve"]} for s in row["best_val_step"][:1])
 
     teacher = build_model(len(corpus.vocab), preset="teacher", seed=0)
-    body = ev.student_ceiling(corpus, teacher, students=("small",), seeds=(0,), steps=5, progress=False)
+    body = ev.student_ceiling(corpus, teacher, students=("small",), seeds=(0,), steps=5,
+                              progress=False)
     assert body["runs"][0]["steps"] == 5 and body["recipe"]["data"] == "labelled split only"
 
 
 def test_missing_or_unknown_evidence_says_what_to_run(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python -m course_lib.tools.evidence student_ceiling"):
+    with pytest.raises(FileNotFoundError,
+                       match="python -m course_lib.tools.evidence student_ceiling"):
         ev.load_evidence("student_ceiling", directory=tmp_path)
     with pytest.raises(ValueError, match="name must be one of"):
         ev.load_evidence("no_such_run", directory=tmp_path)
@@ -64,7 +69,8 @@ def test_the_committed_evidence_is_complete():
                 want = len(r["widths"]) * len(r["batches"]) * len(r["formats"])
                 assert all(len(rows) == want for rows in e["rounds"])
             else:
-                assert all(sorted(map(int, x)) == r["lengths"] for rd in e["rounds"] for x in rd.values())
+                assert all(sorted(map(int, x)) == r["lengths"]
+                           for rd in e["rounds"] for x in rd.values())
             continue
         if name == "ddp_speed":   # every configuration at every batch, once per round
             r = e["recipe"]
@@ -77,7 +83,8 @@ def test_the_committed_evidence_is_complete():
             from course_lib.capstone.ladder_evidence import cases
             got = {tuple(p["techniques"]): p["samples"] for p in e["points"]}
             avail = [t for t in TECHNIQUES if t not in e["unavailable"]]
-            for (top, alone), metric in zip(cases(avail).values(), ("latency_b32_ms", "train_epoch_s")):
+            for (top, alone), metric in zip(cases(avail).values(),
+                                            ("latency_b32_ms", "train_epoch_s")):
                 for r in (Rung("baseline"), top, *alone):
                     want = (e["rounds"] if metric == "latency_b32_ms" else
                             e["bucket_batches"] if r.bucketing else e["fixed_batches"])
@@ -89,13 +96,15 @@ def test_the_committed_evidence_is_complete():
             for r in e["runs"]:
                 seeds[r["offset"], r["recipe"]].add(r["seed"])
             assert {o for o, _ in seeds} == set(e["recipe"]["offsets"])
-            assert len({frozenset(s) for s in seeds.values()}) == 1 and len(next(iter(seeds.values()))) >= 5
+            assert (len({frozenset(s) for s in seeds.values()}) == 1
+                    and len(next(iter(seeds.values()))) >= 5)
         elif name == "sorted_batching":   # both arms at every budget, paired by seed
             pairs = {(r["epochs"], r["seed"]): set() for r in e["runs"]}
             for r in e["runs"]:
                 pairs[r["epochs"], r["seed"]].add(r["arm"])
             assert all(a == set(e["recipe"]["arms"]) for a in pairs.values())
-            assert {b for b, _ in pairs} == set(e["recipe"]["budgets"]) and len(pairs) >= 5 * len(e["recipe"]["budgets"])
+            assert ({b for b, _ in pairs} == set(e["recipe"]["budgets"])
+                    and len(pairs) >= 5 * len(e["recipe"]["budgets"]))
         elif name == "pruning_budget":   # every variant at every budget, the same seeds
             from course_lib.pruning.budget import VARIANTS
             seeds = {(r["variant"], r["steps"]): set() for r in e["runs"]}
@@ -111,8 +120,10 @@ def test_the_committed_evidence_is_complete():
                 cells[r["student"], r["arm"], r["transfer"]].add(r["seed"])
             sizes = e["recipe"]["sizes"]
             assert {("small", "scratch", 0), ("half_from_teacher", "scratch", 0)} <= set(cells)
-            assert all(("small", a, n) in cells for n in sizes for a in ("soft", "hard") if n or a == "soft")
-            assert len({frozenset(s) for s in cells.values()}) == 1 and len(next(iter(cells.values()))) >= 4
+            assert all(("small", a, n) in cells
+                       for n in sizes for a in ("soft", "hard") if n or a == "soft")
+            assert (len({frozenset(s) for s in cells.values()}) == 1
+                    and len(next(iter(cells.values()))) >= 4)
         elif name == "ddp_stability":   # every multiple of the batch, the same seeds
             seeds = {}
             for r in e["runs"]:
@@ -124,10 +135,13 @@ def test_the_committed_evidence_is_complete():
             for r in e["runs"]:
                 seeds.setdefault((r["budget"], r["spec"]), set()).add(r["seed"])
             grid = e["setup"]["grid"]
-            assert set(seeds) == {(b, f"{n}@{lr:g}") for b in e["budgets"] for n, lrs in grid.items() for lr in lrs}
-            assert len({frozenset(s) for s in seeds.values()}) == 1 and len(next(iter(seeds.values()))) >= 4
+            assert set(seeds) == {(b, f"{n}@{lr:g}")
+                                  for b in e["budgets"] for n, lrs in grid.items() for lr in lrs}
+            assert (len({frozenset(s) for s in seeds.values()}) == 1
+                    and len(next(iter(seeds.values()))) >= 4)
             assert all(len(r["test"]) == len(r["val"]) == len(r["steps"]) for r in e["runs"])
-        elif name == "int8_topic_task":   # every variant scored on every sentence, each fold assignment
+        elif name == "int8_topic_task":   # every variant scored on every sentence, each fold
+                                          # assignment
             from course_lib.quant.int8 import BF16_STORED, DYNAMIC_RECIPES
             assert sum(e["topics"].values()) == e["sentences"] >= 5000
             for r in e["runs"]:
@@ -142,7 +156,8 @@ def test_the_committed_evidence_is_complete():
             assert all("draft_ratio" in r for r in e["runs"] if r["steps"] == e["uptrain_steps"])
             for r in e["runs"]:
                 assert set(r["perplexity"]) == {str(kv) for kv in e["kv_heads"]}
-                assert set(r["ratio"]) == {str(kv) for kv in e["kv_heads"] if kv != max(e["kv_heads"])}
+                assert set(r["ratio"]) == {str(kv) for kv in e["kv_heads"]
+                                           if kv != max(e["kv_heads"])}
             assert set(e["converted_only"]) == {str(kv) for kv in e["kv_heads"]}
         else:
             assert all(r["val_curve"] for r in e["runs"])

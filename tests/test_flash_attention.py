@@ -12,12 +12,14 @@ from course_lib.attention.sdpa import naive_attention
 
 def _qkv(length, *, seed=0, batch=2, heads=3, head_dim=32, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(batch, heads, length, head_dim, generator=g, dtype=dtype, requires_grad=True)
+    return [torch.randn(batch, heads, length, head_dim, generator=g, dtype=dtype,
+                        requires_grad=True)
             for _ in range(3)]
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("length,block_q,block_k", [(300, 64, 64), (257, 32, 48), (64, 128, 16), (1, 64, 64)])
+@pytest.mark.parametrize("length,block_q,block_k", [(300, 64, 64), (257, 32, 48), (64, 128, 16),
+                                                    (1, 64, 64)])
 def test_outputs_and_gradients_match_sdpa(causal, length, block_q, block_k):
     q, k, v = _qkv(length)
     grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(9))
@@ -36,7 +38,8 @@ def test_logsumexp_is_each_rows_and_gradcheck_in_float64():
     _, lse = flash_forward(q.detach(), k.detach(), v.detach(), block_q=16, block_k=32)
     assert torch.allclose(lse.double(), torch.logsumexp(scores, dim=-1).detach(), atol=1e-5)
     small = [t.detach()[..., :20, :].clone().requires_grad_(True) for t in (q, k, v)]
-    assert torch.autograd.gradcheck(lambda a, b, c: flash_attention(a, b, c, is_causal=True, block_q=8, block_k=8),
+    assert torch.autograd.gradcheck(lambda a, b, c: flash_attention(a, b, c, is_causal=True,
+                                                                    block_q=8, block_k=8),
                                     small)
 
 
@@ -47,7 +50,8 @@ def test_backward_uses_only_the_saved_logsumexp():
     grad_out = torch.ones_like(out)
     naive = (q @ k.transpose(-2, -1) / math.sqrt(32)).softmax(-1) @ v
     want = torch.autograd.grad(naive, (q, k, v), grad_out)
-    got = flash_backward(q.detach(), k.detach(), v.detach(), out, lse, grad_out, block_q=32, block_k=32)
+    got = flash_backward(q.detach(), k.detach(), v.detach(), out, lse, grad_out, block_q=32,
+                         block_k=32)
     for a, b in zip(got, want):
         assert torch.allclose(a, b, atol=1e-5)
 
@@ -84,9 +88,11 @@ def test_kept_tiles_counts_the_tiles_a_skipping_kernel_computes():
     from course_lib.attention.sdpa import causal_mask, sliding_window_mask, window_tile_fraction
     for length, window, block in ((512, 64, 128), (300, 1, 64), (1000, 200, 128)):
         tiles = kept_tiles(sliding_window_mask(length, window=window), block)
-        assert float(tiles.float().mean()) == pytest.approx(window_tile_fraction(length, window=window, block_size=block))
+        assert float(tiles.float().mean()) == pytest.approx(
+            window_tile_fraction(length, window=window, block_size=block))
     causal = kept_tiles(causal_mask(256), 64)
-    assert causal.tolist() == torch.ones(4, 4, dtype=torch.bool).tril().tolist()   # on and below the diagonal
+    # on and below the diagonal
+    assert causal.tolist() == torch.ones(4, 4, dtype=torch.bool).tril().tolist()
     fig = masks_figure({"causal": causal_mask(256)}, block=64)
     assert "62%" in fig.axes[0].get_title()   # 10 of 16 tiles
     with pytest.raises(ValueError, match="block"):

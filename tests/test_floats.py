@@ -1,4 +1,5 @@
-"""course_lib.floats.formats: bit layouts against torch's own dtypes, the derived table, rounding."""
+"""course_lib.floats.formats: bit layouts against torch's own dtypes, the derived table,
+rounding."""
 import math
 
 import pytest
@@ -59,7 +60,8 @@ def test_e4m3_overflow_mode_is_one_of_ocps_two(monkeypatch):
 
     def nan_mode(t, *a, **k):   # a torch in the non-saturating mode, as torch 2.9.1 was reported
         out = real(t, *a, **k)
-        return out if out.dtype != torch.float8_e4m3fn else real(torch.full_like(t, math.nan), *a, **k)
+        return (out if out.dtype != torch.float8_e4m3fn
+                else real(torch.full_like(t, math.nan), *a, **k))
     monkeypatch.setattr(torch.Tensor, "to", nan_mode)
     assert float_torch.torch_e4m3_overflow() == "nan"
 
@@ -144,7 +146,8 @@ def test_gradient_magnitudes_are_autograd_gradients_by_hand():
     with torch.no_grad():
         lin.weight.copy_(torch.tensor([[1.0, 0.0, -2.0]]))
     batches = [torch.tensor([[1.0, 0.0, 2.0]]), torch.tensor([[0.5, 0.0, -1.0]]), torch.ones(1, 3)]
-    loss_fn = lambda m, x: m(x).sum()                 # d/dW = x: the gradient is the input itself
+    def loss_fn(m, x):                                # d/dW = x: the gradient is the input itself
+        return m(x).sum()
     got = gradient_magnitudes(lin, batches, batches=2, loss_fn=loss_fn)
     assert got.tolist() == [1.0, 2.0, 0.5, 1.0]       # zeros dropped, third batch not used
     assert lin.weight.grad is None                    # left with no gradient
@@ -154,7 +157,8 @@ def test_gradient_magnitudes_are_autograd_gradients_by_hand():
 
 def test_short_switches_to_scientific_outside_readable_range():
     from course_lib.floats.formats import short
-    assert short(65504.0) == "6.55e+04" and short(0.0009765625) == "9.766e-04" and short(1.5) == "1.5"
+    assert (short(65504.0) == "6.55e+04" and short(0.0009765625) == "9.766e-04"
+            and short(1.5) == "1.5")
 
 
 def test_stochastic_rounding_lands_on_a_neighbour_and_is_exact_on_average():
@@ -164,10 +168,12 @@ def test_stochastic_rounding_lands_on_a_neighbour_and_is_exact_on_average():
         t = torch.full((20000,), x)
         r = stochastic_round_bf16(t, generator=g).float()
         down = t.to(torch.bfloat16).float()[0]         # a BF16 neighbour of x, then the other
-        gap = (torch.nextafter(down.to(torch.bfloat16), torch.tensor(float("inf"), dtype=torch.bfloat16)).float()
+        gap = (torch.nextafter(down.to(torch.bfloat16),
+                               torch.tensor(float("inf"), dtype=torch.bfloat16)).float()
                - down).abs()
         assert set(r.unique().tolist()) <= {down.item(), (down + gap).item(), (down - gap).item()}
-        se = gap / (2 * 20000 ** 0.5)                   # a Bernoulli step of size gap: sd <= gap / 2
+        se = gap / (2 * 20000 ** 0.5)                   # a Bernoulli step of size gap:
+                                                        # sd <= gap / 2
         assert abs(r.mean().item() - x) < 4 * se.item() + 1e-30
     with pytest.raises(ValueError, match="float32"):
         stochastic_round_bf16(torch.ones(2, dtype=torch.float64), generator=g)

@@ -33,7 +33,8 @@ def test_the_cache_gives_the_logits_of_the_whole_sequence():
     with torch.no_grad():
         full = m(ids)
         cache = KVCache(m.cfg, batch=2, max_len=12)
-        parts = [m(ids[:, :7], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(7, 12)]
+        parts = [m(ids[:, :7], cache=cache)] + [m(ids[:, t:t + 1], cache=cache)
+                                                for t in range(7, 12)]
     assert cache.length == 12
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
 
@@ -53,7 +54,8 @@ def test_attention_is_the_formula_written_out_and_cannot_look_ahead():
         ids = torch.randint(0, 50, (1, 10), generator=torch.Generator().manual_seed(4))
         changed = ids.clone()
         changed[0, 7] = (ids[0, 7] + 1) % 50
-        assert torch.allclose(m(ids)[:, :7], m(changed)[:, :7], atol=1e-6)   # the past ignores the future
+        # the past ignores the future
+        assert torch.allclose(m(ids)[:, :7], m(changed)[:, :7], atol=1e-6)
         assert not torch.allclose(m(ids)[:, 7:], m(changed)[:, 7:])
 
 
@@ -64,17 +66,20 @@ def test_cache_bytes_per_token_is_two_layers_kv_heads_head_dim_numbers(kv_heads)
         cache = KVCache(m.cfg, batch=3, dtype=dtype, max_len=40)
         want = 2 * 2 * kv_heads * 8 * torch.tensor([], dtype=dtype).element_size()
         assert cache.bytes_per_token == want
-        assert cache.nbytes == want * 3 * 40                 # what is allocated: per token, sequence
-    assert causal_alibi(2, 5, torch.ones(1))[0, 0].tolist() == [[-3.0, -2.0, -1.0, -0.0, float("-inf")],
-                                                                [-4.0, -3.0, -2.0, -1.0, -0.0]]
+        assert cache.nbytes == want * 3 * 40                 # what is allocated: per token,
+                                                             # sequence
+    assert causal_alibi(2, 5, torch.ones(1))[0, 0].tolist() == [
+        [-3.0, -2.0, -1.0, -0.0, float("-inf")], [-4.0, -3.0, -2.0, -1.0, -0.0]]
 
 
 @pytest.mark.parametrize("make, param", [
     (lambda: DecoderConfig(vocab_size=50, n_heads=4, n_kv_heads=3).validate(), "n_kv_heads"),
     (lambda: DecoderConfig(vocab_size=50, n_heads=4, n_kv_heads=0).validate(), "n_kv_heads"),
     (lambda: DecoderConfig(vocab_size=0).validate(), "vocab_size"),
-    (lambda: generate_cached(model(), torch.zeros(1, 60, dtype=torch.long), new_tokens=10), "max_len"),
-    (lambda: generate_uncached(model(), torch.zeros(1, 3, dtype=torch.long), new_tokens=0), "new_tokens"),
+    (lambda: generate_cached(model(), torch.zeros(1, 60, dtype=torch.long), new_tokens=10),
+     "max_len"),
+    (lambda: generate_uncached(model(), torch.zeros(1, 3, dtype=torch.long), new_tokens=0),
+     "new_tokens"),
     (lambda: KVCache(model().cfg, batch=1, max_len=100), "max_len"),
 ])
 def test_bad_shapes_name_the_parameter(make, param):
@@ -96,16 +101,19 @@ def test_speculative_decoding_gives_the_targets_greedy_tokens(draft_len):
     from course_lib.generate.speculative import generate_speculative
     target = model()
     torch.manual_seed(9)
-    draft = DecoderLM(DecoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=64)).eval()
+    draft = DecoderLM(DecoderConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                    max_len=64)).eval()
     for length in (1, 4):
         prompt = torch.randint(0, 50, (1, length), generator=torch.Generator().manual_seed(length))
         want = generate_uncached(target, prompt, new_tokens=25)
-        got, counts = generate_speculative(target, draft, prompt, new_tokens=25, draft_len=draft_len)
+        got, counts = generate_speculative(target, draft, prompt, new_tokens=25,
+                                           draft_len=draft_len)
         assert torch.equal(got, want)
         assert 0 <= counts["accepted"] <= counts["proposed"]
     same, counts = generate_speculative(target, target, prompt, new_tokens=25, draft_len=draft_len)
     assert torch.equal(same, want) and counts["accepted"] == counts["proposed"]   # a perfect draft
-    assert counts["target_passes"] == 1 + math.ceil(25 / (draft_len + 1))          # prefill + rounds
+    # prefill + rounds
+    assert counts["target_passes"] == 1 + math.ceil(25 / (draft_len + 1))
 
 
 def test_speculative_decoding_refuses_what_it_cannot_do():
@@ -115,9 +123,11 @@ def test_speculative_decoding_refuses_what_it_cannot_do():
         generate_speculative(m, m, torch.zeros(2, 3, dtype=torch.long), new_tokens=4, draft_len=2)
     with pytest.raises(ValueError, match="draft_len"):
         generate_speculative(m, m, torch.zeros(1, 3, dtype=torch.long), new_tokens=4, draft_len=0)
-    other = DecoderLM(DecoderConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=64))
+    other = DecoderLM(DecoderConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                    max_len=64))
     with pytest.raises(ValueError, match="vocab_size"):
-        generate_speculative(m, other, torch.zeros(1, 3, dtype=torch.long), new_tokens=4, draft_len=2)
+        generate_speculative(m, other, torch.zeros(1, 3, dtype=torch.long), new_tokens=4,
+                             draft_len=2)
     cache = KVCache(m.cfg, batch=1, max_len=8)
     with pytest.raises(ValueError, match="length"):
         cache.truncate(1)   # nothing in it yet
@@ -132,7 +142,8 @@ def test_decode_speed_times_both_ways_interleaved_and_counts_tokens():
         assert len(r["timing"].samples) == 2
         assert r["tokens_per_s"] == pytest.approx(6 / r["timing"].median)
     with pytest.raises(ValueError, match="vocab_size"):
-        decode_speed({"a": m, "b": DecoderLM(DecoderConfig(vocab_size=7, d_model=16, n_heads=2, n_layers=1))},
+        decode_speed({"a": m, "b": DecoderLM(DecoderConfig(vocab_size=7, d_model=16, n_heads=2,
+                                                           n_layers=1))},
                      prompt_len=2, new_tokens=2)
 
 
@@ -141,7 +152,8 @@ def test_weight_only_int8_stores_int8_rows_and_stays_close_to_fp32():
     m = model()
     q = quantize_weights_int8(m)
     layers = [x for x in q.modules() if isinstance(x, WeightOnlyInt8Linear)]
-    assert len(layers) == 5 * m.cfg.n_layers + 1          # q, kv, proj, fc1, fc2 per block, and the head
+    assert len(layers) == 5 * m.cfg.n_layers + 1          # q, kv, proj, fc1, fc2 per block, and the
+                                                          # head
     lin = m.blocks[0].ff.fc1
     w8 = q.blocks[0].ff.fc1
     assert w8.weight_int8.dtype == torch.int8
@@ -153,7 +165,8 @@ def test_weight_only_int8_stores_int8_rows_and_stays_close_to_fp32():
     with torch.no_grad():
         a, b = m(ids), q(ids)
     assert float((a - b).norm() / a.norm()) < 0.05         # close to the FP32 logits
-    assert torch.equal(generate_cached(q, ids[:, :3], new_tokens=5), generate_uncached(q, ids[:, :3], new_tokens=5))
+    assert torch.equal(generate_cached(q, ids[:, :3], new_tokens=5),
+                       generate_uncached(q, ids[:, :3], new_tokens=5))
     with pytest.raises(ValueError, match="linear"):
         WeightOnlyInt8Linear(torch.nn.Conv1d(2, 2, 1))
 
@@ -175,7 +188,8 @@ def test_speculative_sampling_keeps_the_targets_distribution():
     prompt = torch.tensor([[1, 4, 2]])
     with torch.no_grad():
         p1 = torch.softmax(target(prompt)[0, -1], -1)
-        p2 = sum(p1[x] * torch.softmax(target(torch.cat([prompt, torch.tensor([[x]])], 1))[0, -1], -1)
+        p2 = sum(p1[x] * torch.softmax(target(torch.cat([prompt, torch.tensor([[x]])], 1))[0, -1],
+                                       -1)
                  for x in range(6))
         q1 = torch.softmax(draft(prompt)[0, -1], -1)
     assert (p1 - q1).abs().sum() / 2 > 0.2                            # a draft that disagrees

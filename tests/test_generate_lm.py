@@ -133,7 +133,8 @@ def test_cache_memory_grows_as_the_formula_says():
     cfg = DecoderConfig(vocab_size=50, d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=64,
                         max_len=2048)
     out = measured_cache_bytes(cfg, batch=64, lengths=(256, 1024), prompt_len=4)
-    assert out[1024]["predicted_bytes"] == KVCache(cfg, batch=64, max_len=1024).nbytes == 64 * 1024 * (2 * 2 * 2 * 16 * 4)
+    assert (out[1024]["predicted_bytes"] == KVCache(cfg, batch=64, max_len=1024).nbytes
+            == 64 * 1024 * (2 * 2 * 2 * 16 * 4))
     row = out[1024]
     assert row["predicted_per_token"] == 2 * 2 * 2 * 16 * 4                 # bytes_per_token
     assert 0.8 < row["measured_per_token"] / row["predicted_per_token"] < 1.3
@@ -144,7 +145,8 @@ def test_cache_memory_grows_as_the_formula_says():
 def test_speed_sweeps_return_every_point():
     from course_lib.generate.speed import cache_speed_over, speculative_speed, speed_over_width
     torch.manual_seed(0)
-    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=64)).eval()
+    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16,
+                                max_len=64)).eval()
     r = cache_speed_over(m, prompt_lens=(4,), new_tokens=(3, 6), repeats=2)
     assert set(r[4]) == {3, 6} and r[4][6]["cache"]["tokens_per_s"] > 0
     prompts = [torch.randint(0, 20, (1, 5)) for _ in range(2)]
@@ -154,7 +156,8 @@ def test_speed_sweeps_return_every_point():
     # on a loaded machine can stray far, so only its order of magnitude is checked
     assert s["self"][3]["alpha"] == 1.0 and 0.1 < s["self"][3]["cost_ratio"] < 10
     assert s["self"][1]["tokens_per_target_pass"] > 1
-    s = speculative_speed(m, {"a": m, "b": m}, prompts, new_tokens=6, draft_lens={"a": (1, 2), "b": (2,)}, repeats=1)
+    s = speculative_speed(m, {"a": m, "b": m}, prompts, new_tokens=6,
+                          draft_lens={"a": (1, 2), "b": (2,)}, repeats=1)
     assert set(s["a"]) == {1, 2} and set(s["b"]) == {2}
     with pytest.raises(ValueError, match="draft_lens"):
         speculative_speed(m, {"a": m}, prompts, new_tokens=6, draft_lens={"b": (1,)})
@@ -174,7 +177,8 @@ def test_generate_text_and_speculative_rounds(corpus):
     other = _tiny(corpus)
     ids, counts = generate_speculative(m, other, prompt, new_tokens=12, draft_len=3)
     assert sum(counts["rounds"]) == counts["accepted"]
-    assert len(counts["rounds"]) == counts["target_passes"] - 1          # one pass per round + prefill
+    # one pass per round + prefill
+    assert len(counts["rounds"]) == counts["target_passes"] - 1
     assert all(0 <= a <= 3 for a in counts["rounds"])
     assert torch.equal(ids, generate_cached(m, prompt, new_tokens=12))
 
@@ -195,7 +199,8 @@ def test_acceptance_rate_and_leviathan_formula():
 def test_batch_speed_counts_every_sequence():
     from course_lib.generate.speed import batch_speed
     torch.manual_seed(0)
-    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=64)).eval()
+    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16,
+                                max_len=64)).eval()
     r = batch_speed(m, batches=(1, 4), prompt_len=4, new_tokens=5, repeats=2)
     for b in (1, 4):
         assert r[b]["tokens_per_s"] == pytest.approx(5 * b / r[b]["timing"].median)
@@ -207,7 +212,8 @@ def test_batch_speed_counts_every_sequence():
 def test_pass_cost_times_many_positions_against_one():
     from course_lib.generate.speed import pass_cost
     torch.manual_seed(0)
-    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16, max_len=64)).eval()
+    m = DecoderLM(DecoderConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=16,
+                                max_len=64)).eval()
     r = pass_cost(m, torch.randint(0, 20, (1, 8)), positions=5, repeats=4)
     assert r.value > 0 and r.log                                   # a Ratio, with its interval
     with pytest.raises(ValueError, match="positions"):

@@ -182,7 +182,8 @@ def test_course_model_trains_a_step_under_the_course_precision():
     model = build_model(100, preset="teacher", seed=0).cuda().train()
     ids = torch.randint(1, 100, (8, 64), device="cuda")
     with torch.autocast("cuda", dtype=p.dtype):
-        loss = torch.nn.functional.cross_entropy(model(ids), torch.zeros(8, dtype=torch.long, device="cuda"))
+        loss = torch.nn.functional.cross_entropy(model(ids),
+                                                 torch.zeros(8, dtype=torch.long, device="cuda"))
     loss.backward()
     grads = [q.grad for q in model.parameters() if q.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from course_lib.optim import compile as cc
-from course_lib.measure.hardware import (Machine, Op, encoder_layer_ops, forward_flops, measure_bandwidth,
-                                 measure_matmul_flops, mfu, training_step_flops)
+from course_lib.measure.hardware import (Machine, Op, encoder_layer_ops, forward_flops,
+                                         measure_bandwidth, measure_matmul_flops, mfu,
+                                         training_step_flops)
 from course_lib.core.model import EncoderConfig, build_model
 
 
@@ -63,14 +64,17 @@ def test_forward_flops_match_torch_flop_counter():
     ops = encoder_layer_ops(cfg, batch=3, length=20)
     head = 2 * 3 * 32 * 2
     linear_flops = cfg.n_layers * sum(op.flops for op in ops if op.name in linear) + head
-    attention = cfg.n_layers * sum(op.flops for op in ops if op.name in ("scores Q·Kᵀ", "weights·V"))
+    attention = cfg.n_layers * sum(op.flops for op in ops
+                                   if op.name in ("scores Q·Kᵀ", "weights·V"))
     # FlopCounterMode counts every linear layer; it counts attention only where it knows the
     # fused attention kernel in use (not CPU's flash kernel in every torch version).
     assert counted in (pytest.approx(linear_flops, rel=1e-6),
                        pytest.approx(linear_flops + attention, rel=1e-6))
     ours = linear_flops + attention
-    assert forward_flops(cfg, batch=3, length=20) == pytest.approx(ours)   # matmuls only, MFU's convention
-    assert training_step_flops(cfg, batch=3, length=20) == 3 * forward_flops(cfg, batch=3, length=20)
+    # matmuls only, MFU's convention
+    assert forward_flops(cfg, batch=3, length=20) == pytest.approx(ours)
+    assert (training_step_flops(cfg, batch=3, length=20)
+            == 3 * forward_flops(cfg, batch=3, length=20))
 
 
 def test_mfu_and_errors():

@@ -9,17 +9,20 @@ from course_lib.ui.plots import LAYOUT_KEY, _figure_png, layout_problems, new_fi
 def _nb(*outputs, widget_outputs=()):
     state = {"m1": {"model_name": "OutputModel", "state": {"outputs": list(widget_outputs)}}}
     return {"cells": [{"cell_type": "code", "outputs": list(outputs)}],
-            "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": state}}}}
+            "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json":
+                                     {"state": state}}}}
 
 
 def test_a_bare_number_or_repr_is_a_stray_output_but_a_display_is_not():
     bare = {"output_type": "execute_result", "data": {"text/plain": "0.0"}}
-    shown = {"output_type": "display_data", "data": {"text/markdown": "**1.5×**", "text/plain": "<Markdown>"}}
+    shown = {"output_type": "display_data",
+             "data": {"text/markdown": "**1.5×**", "text/plain": "<Markdown>"}}
     printed = {"output_type": "stream", "name": "stdout", "text": "1.5\n"}
     table = {"output_type": "execute_result", "data": {"text/html": "<table/>", "text/plain": "df"}}
     assert output_problems(_nb(shown, printed, table)) == []
     got = output_problems(_nb(bare, {"output_type": "execute_result",
-                                     "data": {"text/plain": "Verdict(claim='x', outcome='holds')"}}))
+                                     "data": {"text/plain":
+                                              "Verdict(claim='x', outcome='holds')"}}))
     assert len(got) == 2 and "'0.0'" in got[0] and "Verdict(claim=" in got[1]
 
 
@@ -29,7 +32,8 @@ def test_layout_problems_travel_in_the_image_metadata_and_are_found_in_widgets_t
     ax.text(0.52, 0.5, "another note right on it", transform=ax.transAxes)
     png = _figure_png(fig)
     assert isinstance(png, tuple) and png[1][LAYOUT_KEY]
-    out = {"output_type": "display_data", "data": {"image/png": "..."}, "metadata": {"image/png": png[1]}}
+    out = {"output_type": "display_data", "data": {"image/png": "..."},
+           "metadata": {"image/png": png[1]}}
     got = output_problems(_nb(widget_outputs=[out]))
     assert got and all(g.startswith("widget m1: figure: ") for g in got)
     assert any("texts" in g and "overlap" in g for g in got)
@@ -66,7 +70,8 @@ def test_each_kind_of_layout_problem_is_caught(case, expect):
     if case == "legend":
         ax.legend(loc="center")
     elif case == "title":
-        ax.set_title("A title far too long to fit in a narrow figure, running over both of its edges")
+        ax.set_title("A title far too long to fit in a narrow figure, running over both of "
+                     "its edges")
     else:
         ax.text(4, 4, "one label here")
         ax.text(4.2, 4, "another label")
@@ -81,7 +86,8 @@ def test_tidy_labels_log_axes_with_plain_numbers():
     tidy(fig)
     labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert "256" in labels and not any("^" in t for t in labels)
-    ys = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True) if t.get_text()]
+    ys = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True)
+          if t.get_text()]
     assert "1" in ys and "0.2" in ys and not any("^" in t for t in ys), ys   # not 10^0, 2 x 10^-1
     unlabelled = [t for t in ax.get_yticklabels(minor=True) if not t.get_text()]
     assert unlabelled, "minor ticks the default would leave bare stay bare (7, 8, 9 x 10^-1)"
@@ -101,18 +107,21 @@ def test_bar_compare_draws_an_estimates_interval_and_plain_numbers_without_one()
     assert [p.get_height() for p in ax.patches] == pytest.approx([est.value, 1.0])
     fig2, ax2 = new_figure(width=4)
     bar_compare(["a"], [2.0], ax=ax2, ylabel="s")
-    assert ax2.get_title() == "" and not [c for c in ax2.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert ax2.get_title() == "" and not [c for c in ax2.containers
+                                          if type(c).__name__ == "ErrorbarContainer"]
 
 
 def test_an_unformatted_placeholder_is_found_but_code_and_latex_are_not():
     from course_lib.tools.hygiene import placeholders
-    lost = {"output_type": "display_data", "data": {"text/markdown": "Peak memory: {memory_method}; {x:.2f} s",
-                                                    "text/plain": "<Markdown>"}}
+    lost = {"output_type": "display_data",
+            "data": {"text/markdown": "Peak memory: {memory_method}; {x:.2f} s",
+                     "text/plain": "<Markdown>"}}
     got = output_problems(_nb(lost))
     assert len(got) == 2 and "{memory_method}" in got[0] and "{x:.2f}" in got[1]
     printed = {"output_type": "stream", "name": "stdout", "text": "rank {rank} done\n"}
     assert "{rank}" in output_problems(_nb(printed))[0]
-    assert placeholders("```python\nprint(f'{rank}')\n```\nand `f\"{x}\"` inline, $\\frac{a}{b}$, x^{2}, {}") == []
+    assert placeholders("```python\nprint(f'{rank}')\n```\n"
+                        "and `f\"{x}\"` inline, $\\frac{a}{b}$, x^{2}, {}") == []
     assert placeholders("{d['k']} and {obj.attr!r}") == ["{d['k']}", "{obj.attr!r}"]
 
 
@@ -133,7 +142,8 @@ def test_a_speed_up_from_medians_is_found_in_code_and_none_is_left_in_the_course
     for nb in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
         for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
             if cell["cell_type"] == "code":
-                found += [f"{nb.stem} cell {i}: {r}" for r in median_ratios("".join(cell["source"]))]
+                found += [f"{nb.stem} cell {i}: {r}"
+                          for r in median_ratios("".join(cell["source"]))]
     for py in sorted((root / "course_lib").rglob("*.py")):
         found += [f"{py.relative_to(root)}: {r}" for r in median_ratios(py.read_text())]
     assert found == [], "speed-ups from medians (use verdicts.speedup):\n" + "\n".join(found)

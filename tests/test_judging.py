@@ -40,7 +40,8 @@ def test_no_boundary_word_without_a_holding_point():
     v = word({1: Estimate(0.5, 1.0, 4), 8: Estimate(-0.5, 1.0, 4), 64: Estimate(-5.0, 0.5, 4)},
              claim=ACC)
     assert v.outcome == "holds nowhere" and v.pooled is None
-    assert "depends" not in {word({1: r(x), 2: r(y)}).outcome for x in (0.5, 2.0) for y in (0.5, 2.0)}
+    assert "depends" not in {word({1: r(x), 2: r(y)}).outcome
+                             for x in (0.5, 2.0) for y in (0.5, 2.0)}
 
 
 def test_an_unmeasured_point_is_listed_apart_and_changes_nothing():
@@ -67,7 +68,8 @@ def test_points_that_agree_within_noise_are_pooled_not_a_condition():
                                      "unresolved": "inconclusive"}[v.outcome]
     assert "agree within noise" in ui.sentence(v)
     # ... while a difference far beyond the noise is a real boundary
-    assert word({1: Estimate(-5.0, 0.3, 9), 8: Estimate(0.0, 0.3, 9)}, claim=ACC).outcome == "holds from"
+    assert word({1: Estimate(-5.0, 0.3, 9), 8: Estimate(0.0, 0.3, 9)},
+                claim=ACC).outcome == "holds from"
 
 
 def test_pool_and_differs_match_hand_computations():
@@ -80,7 +82,8 @@ def test_pool_and_differs_match_hand_computations():
     assert differs(Estimate(0.0, 0.5, 9), Estimate(2.0, 0.5, 9), log=False, confidence=0.95)
     assert not differs(Estimate(0.0, 0.5, 9), Estimate(1.0, 0.5, 9), log=False, confidence=0.95)
     assert differs(exact(1.0), exact(2.0), log=False, confidence=0.95)
-    assert not differs(Estimate(1.0, math.inf, 1), Estimate(9.0, 0.1, 9), log=False, confidence=0.95)
+    assert not differs(Estimate(1.0, math.inf, 1), Estimate(9.0, 0.1, 9), log=False,
+                       confidence=0.95)
 
 
 def test_arithmetic_is_refused_and_exact_values_are_explicit():
@@ -113,7 +116,8 @@ def test_the_sentence_is_short_and_names_the_boundary_and_the_learner():
                                     "long reviews": {1: r(0.8), 8: r(0.9), 64: r(1.4)}},
                             learner=("short reviews", 8), evidence="c")
     for v in (two_series, word({1: r(1.0), 8: r(1.5), 64: r(2.0)}),
-              word({1: r(0.9), 8: r(1.0), 64: r(1.1, 0.3)}), word({1: r(1.1, 0.3), 8: r(1.05, 0.3)})):
+              word({1: r(0.9), 8: r(1.0), 64: r(1.1, 0.3)}),
+              word({1: r(1.1, 0.3), 8: r(1.05, 0.3)})):
         text = ui.sentence(v)
         assert len(text.split()) <= 32, text
         assert "your point" in text
@@ -127,7 +131,8 @@ def test_the_sentence_is_short_and_names_the_boundary_and_the_learner():
                                 "point at batch size 1, batch 32: 1.50× (1.46–1.55), holds.")
     assert two_series.outcome == "holds from"
     nowhere = ui.sentence(word({1: r(0.9), 8: r(1.0), 64: r(1.1, 0.3)}))
-    assert nowhere.startswith("Holds nowhere (fails at 1–8; unresolved at 64); your point at batch size")
+    assert nowhere.startswith("Holds nowhere (fails at 1–8; unresolved at 64); "
+                              "your point at batch size")
     ev = judge_over(SPEED, {1: r(1.0), 8: r(1.5)}, learner=8, evidence="c", source="data/x.json")
     assert "your point (evidence) at batch size 8" in ui.sentence(ev)
     assert ui.clause(ev) == "holds from batch size 8; at your point it holds"

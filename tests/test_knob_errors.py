@@ -40,7 +40,8 @@ def test_a_dataset_without_lengths_needs_them_for_bucketing(corpus):
     sub = Subset(corpus.train, range(10))
     with pytest.raises(ValueError, match="lengths must be given for a Subset"):
         make_loader(sub, batch_size=4)
-    assert len(make_loader(sub, batch_size=4, lengths=[corpus.train.lengths[i] for i in range(10)])) >= 1
+    assert len(make_loader(sub, batch_size=4,
+                           lengths=[corpus.train.lengths[i] for i in range(10)])) >= 1
 
 
 def test_training_on_nothing_is_an_error(corpus):

@@ -103,7 +103,8 @@ def test_smoke_run_records_every_metric_of_every_rung(smoke_run):
     # every time carries its device; the int8 rung ran on the CPU whatever the machine
     assert all(r.get("device") for r in rec.results if r["unit"] in ("s", "ms"))
     assert {r["device"] for r in rec.results if r["name"].startswith("int8_")} == {"cpu"}
-    sizes = [rec.get(f"{name}_size_bytes") for name in ("distillation", "pruning", "int8", "baseline")]
+    sizes = [rec.get(f"{name}_size_bytes")
+             for name in ("distillation", "pruning", "int8", "baseline")]
     assert sizes == sorted(sizes) and len(set(sizes)) == 4
     # every point that trains the teacher has a training time; the others only where measured
     assert all(p["train_epoch_s"] for p in points.values())
@@ -153,7 +154,8 @@ def test_accuracy_stays_within_the_bounds_of_the_numerics_only_techniques(traine
     zoo, inputs = trained
     base = M.accuracy(zoo, inputs, ladder.Rung("baseline"))
     for t in ("amp", "int8"):
-        assert 100 * (base - M.accuracy(zoo, inputs, ladder.Rung(t, **{t: True}))) <= ladder.BOUNDS[t], t
+        assert (100 * (base - M.accuracy(zoo, inputs, ladder.Rung(t, **{t: True})))
+                <= ladder.BOUNDS[t]), t
 
 
 def _fake_points(speed):
@@ -167,10 +169,13 @@ def _fake_points(speed):
                          "latency_b32_ms": ms, "test_accuracy": 0.8 - 0.01 * rung.distill,
                          "train_epoch_s": None if rung.distill else ms * speed["int8"] ** rung.int8,
                          "test_set_s": ms, "latency_b1_ms": ms, "size_bytes": 1000}
-        # three interleaved repeats drifting alike (paired ratios exact), training steps around the mean
+        # three interleaved repeats drifting alike (paired ratios exact), training steps around the
+        # mean
         pts[rung.key]["samples"] = {
-            **{m: [ms * f for f in (1.0, 1.1, 0.9)] for m in ("test_set_s", "latency_b1_ms", "latency_b32_ms")},
-            "train_epoch_s": [] if rung.distill else [pts[rung.key]["train_epoch_s"] * f for f in (0.9, 1.1)]}
+            **{m: [ms * f for f in (1.0, 1.1, 0.9)]
+               for m in ("test_set_s", "latency_b1_ms", "latency_b32_ms")},
+            "train_epoch_s": [] if rung.distill else [pts[rung.key]["train_epoch_s"] * f
+                                                      for f in (0.9, 1.1)]}
     return pts
 
 
@@ -189,7 +194,8 @@ def test_effect_summary_front_and_bounds_read_the_table():
     rows = [{**pts[r.key], "name": r.name} for r in ladder.ladder()]
     best = A.summary(rows, pts, max_drop_points=2.0)
     # chosen from every combination: all but sdpa (slower here); pruning changes nothing (a tie)
-    assert best["best_inference"] in ("bucketing_amp_distill_int8", "bucketing_amp_distill_prune_int8")
+    assert best["best_inference"] in ("bucketing_amp_distill_int8",
+                                      "bucketing_amp_distill_prune_int8")
     assert best["best_inference_speedup"] == pytest.approx(8 * 2 * 4 * 1.5)
     assert best["best_inference_accuracy_drop_points"] == pytest.approx(1.0)
     assert best["best_training"] in ("bucketing_amp", "bucketing_amp_int8")
@@ -199,9 +205,11 @@ def test_effect_summary_front_and_bounds_read_the_table():
     assert A.effect(pts, "int8", metric="train_epoch_s")["median"] == pytest.approx(1.0)
     assert A.summary(rows, pts, max_drop_points=0.5)["best_inference"] in ("bucketing_amp_int8",
                                                                            "bucketing_amp_prune_int8")
-    untimed = {k: {**p, "test_set_s": None} if p["techniques"] == ("bucketing", "amp", "int8") else p
+    untimed = {k: ({**p, "test_set_s": None} if p["techniques"] == ("bucketing", "amp", "int8")
+                   else p)
                for k, p in pts.items()}
-    assert A.summary(rows, untimed, max_drop_points=0.5)["best_inference"] == "bucketing_amp_prune_int8"
+    assert (A.summary(rows, untimed, max_drop_points=0.5)["best_inference"]
+            == "bucketing_amp_prune_int8")
     checks = A.bound_checks(rows)
     assert [c["rung"] for c in checks] == [r["name"] for r in rows[1:]]
     # Rungs adding only bucketing or SDPA have the rung below's accuracy by construction: no check.
@@ -227,7 +235,8 @@ def test_the_zoo_distills_from_the_teachers_logits_computed_once(smoke_run, monk
     import course_lib.capstone.model_zoo as Z
     calls = []
     real = Z.teacher_logits_stored
-    monkeypatch.setattr(Z, "teacher_logits_stored", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(Z, "teacher_logits_stored",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     fresh = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", settings=SMOKE, progress=False)
     data, cached = fresh.distill_set()
     fresh.model(ladder.Rung("s", distill=True))
@@ -236,7 +245,8 @@ def test_the_zoo_distills_from_the_teachers_logits_computed_once(smoke_run, monk
     assert fresh.student_source.startswith("distilled here")   # no stored student fits this teacher
     with torch.no_grad():   # the cache holds the teacher's own logits
         item = data[len(zoo.corpus.train)]
-        live = zoo.teacher(item["input_ids"][None], torch.ones(1, len(item["input_ids"]), dtype=torch.bool))
+        live = zoo.teacher(item["input_ids"][None],
+                           torch.ones(1, len(item["input_ids"]), dtype=torch.bool))
     assert torch.allclose(cached[len(zoo.corpus.train)], live[0], atol=1e-4)
 
 
@@ -284,11 +294,14 @@ def test_the_bucketed_test_set_is_timed_in_strata_and_scored_on_all_of_it(smoke_
     rung = ladder.Rung("b", bucketing=True)
     full = list(M.test_loader(zoo, inputs, rung))
     strata = M.timed_strata(zoo, inputs, rung)
-    tokens = lambda b: b["input_ids"].numel()
-    assert sum(f * sum(map(tokens, part)) for part, f in strata) == pytest.approx(sum(map(tokens, full)))
+    def tokens(b):
+        return b["input_ids"].numel()
+    assert (sum(f * sum(map(tokens, part)) for part, f in strata)
+            == pytest.approx(sum(map(tokens, full))))
     top = strata[0][0]
     assert strata[0][1] == 1.0 and 2 * sum(map(tokens, top)) >= sum(map(tokens, full))
-    assert sorted(map(tokens, top)) == sorted(map(tokens, full))[len(full) - len(top):]   # the costliest
+    # the costliest
+    assert sorted(map(tokens, top)) == sorted(map(tokens, full))[len(full) - len(top):]
     fixed = M.timed_strata(zoo, inputs, ladder.Rung("base"))
     assert len(fixed) == 1 and fixed[0][1] == len(zoo.corpus.test) / 8
     assert len(M.test_loader(zoo, inputs, rung).dataset) == len(zoo.corpus.test)
@@ -302,7 +315,8 @@ def test_bucketed_training_steps_are_timed_in_width_order(smoke_run, monkeypatch
     zoo = smoke_run[0]
     monkeypatch.setattr(zoo, "settings", replace(zoo.settings, bucket_train_batches=6))
     widths = []
-    monkeypatch.setattr(M, "make_step_fn", lambda model, b, **kw: lambda: widths.append(b["input_ids"].shape[1]))
+    monkeypatch.setattr(M, "make_step_fn",
+                        lambda model, b, **kw: lambda: widths.append(b["input_ids"].shape[1]))
     sampled, _ = M._epoch_sample(zoo, "bucketed")
     out = M.train_epoch_samples(zoo, [ladder.Rung("b", bucketing=True)])
     assert len(sampled) > 2 and len(out[ladder.Rung("b", bucketing=True).key]) == len(sampled)
@@ -329,7 +343,8 @@ def test_practitioner_start_is_timed_with_dynamic_padding_beside_the_rungs(smoke
     assert M.PRACTITIONER.techniques == ("sdpa",)
 
 
-def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens(smoke_run, monkeypatch):
+def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens(smoke_run,
+                                                                                 monkeypatch):
     from dataclasses import replace
     zoo, inputs, _, _ = smoke_run
     monkeypatch.setattr(zoo, "settings", replace(zoo.settings, eval_batch=4, dynamic_sample=4))
@@ -347,10 +362,13 @@ def test_measure_fills_the_practitioner_record_beside_the_rungs(smoke_run):
     start = {}
     rows, points = M.measure(zoo, inputs, ladder.ladder()[:2], progress=False, practitioner=start)
     assert start["name"] == "practitioner" and start["techniques"] == ("sdpa",)
-    assert start["test_accuracy"] == points[ladder.Rung("baseline").key]["test_accuracy"]   # the same teacher
-    assert len(start["samples"]["test_set_s"]) == len(rows[0]["samples"]["test_set_s"])     # paired passes
+    # the same teacher
+    assert start["test_accuracy"] == points[ladder.Rung("baseline").key]["test_accuracy"]
+    # paired passes
+    assert len(start["samples"]["test_set_s"]) == len(rows[0]["samples"]["test_set_s"])
     assert start["train_epoch_s"] > 0 and start["train_design"]["population"]
-    assert rows[1]["train_design"] and rows[0]["train_design"] is None                     # bucketing / fixed
+    # bucketing / fixed
+    assert rows[1]["train_design"] and rows[0]["train_design"] is None
     from course_lib.capstone.ladder_speedups import rung_speedup
     e = rung_speedup(rows[0], start, "test_set_s")      # paired with the baseline's passes
     n = len(start["samples"]["test_set_s"])
@@ -361,7 +379,8 @@ def test_points_carry_each_reviews_score_and_the_paired_change_reads_it(smoke_ru
     zoo, inputs, rows, points = smoke_run
     for r in ladder.ladder()[::3]:
         assert torch.equal(points[r.key]["test_correct"], M.rung_correct(zoo, inputs, r))
-        assert points[r.key]["test_accuracy"] == pytest.approx(float(points[r.key]["test_correct"].float().mean()))
+        assert points[r.key]["test_accuracy"] == pytest.approx(
+            float(points[r.key]["test_correct"].float().mean()))
     base, top = rows[0], rows[-1]
     e = A.accuracy_change(base, top)
     a, b = base["test_correct"].tolist(), top["test_correct"].tolist()
@@ -388,8 +407,9 @@ def test_every_repeat_goes_to_the_points_whose_speed_ups_carry_an_error():
     e = A.effect(points, "int8", metric="latency_b32_ms")
     assert e["alone_estimate"] is not None and e["on_top_estimate"] is not None
     assert e["alone_estimate"].value == pytest.approx(
-        math.exp(sum(math.log(a / b) for a, b in zip(points[(False,) * 6]["samples"]["latency_b32_ms"],
-                                                     points[ladder.Rung("i", int8=True).key]["samples"]["latency_b32_ms"])) / 2))
+        math.exp(sum(math.log(a / b) for a, b in zip(
+            points[(False,) * 6]["samples"]["latency_b32_ms"],
+            points[ladder.Rung("i", int8=True).key]["samples"]["latency_b32_ms"])) / 2))
 
 
 def test_the_stack_over_the_product_is_paired_round_by_round():
@@ -402,7 +422,8 @@ def test_the_stack_over_the_product_is_paired_round_by_round():
     top = {**top, "samples": {**top["samples"], "latency_b32_ms": [
         v * f for v, f in zip(top["samples"]["latency_b32_ms"], (1.1, 1.0, 0.9))]}}
     per_round = [(b / s) / math.prod(b / a["samples"]["latency_b32_ms"][j] for a in alone)
-                 for j, (b, s) in enumerate(zip(base["samples"]["latency_b32_ms"], top["samples"]["latency_b32_ms"]))]
+                 for j, (b, s) in enumerate(zip(base["samples"]["latency_b32_ms"],
+                                                top["samples"]["latency_b32_ms"]))]
     got = A.paired_stack_ratio(base, top, alone, "latency_b32_ms")
     assert got.value == pytest.approx(math.exp(sum(map(math.log, per_round)) / 3))
     assert got.dof == 2 and got.se > 0
@@ -455,7 +476,8 @@ def test_the_multiply_evidence_is_read_like_the_live_table():
     assert [r.techniques for r in train_alone] == [("bucketing",), ("sdpa",)]
     keep = {r.key for r in (ladder.Rung("baseline"), inf_top, *inf_alone, train_top, *train_alone)}
     evidence = {"unavailable": {"amp": "no bf16"},
-                "points": [{**p, "techniques": list(p["techniques"])} for k, p in pts.items() if k in keep]}
+                "points": [{**p, "techniques": list(p["techniques"])}
+                           for k, p in pts.items() if k in keep]}
     labels = {t: t for t in ladder.TECHNIQUES}
     got = LE.stacks(evidence, labels)
     base = pts[(False,) * 6]
@@ -463,7 +485,8 @@ def test_the_multiply_evidence_is_read_like_the_live_table():
                                               ("y", "train_epoch_s", pts[train_top.key])])
     assert [g["ratio"] for g in got] == pytest.approx([w["ratio"] for w in want])
     assert got[0]["label"].startswith("inference, batch 32") and got[1]["metric"] == "train_epoch_s"
-    assert got[0]["predicted"] == pytest.approx(8.0 * 4.0 * 1.0 * 1.5 * 0.5)   # no amp in the product
+    # no amp in the product
+    assert got[0]["predicted"] == pytest.approx(8.0 * 4.0 * 1.0 * 1.5 * 0.5)
 
 
 def test_stacking_names_the_techniques_that_remove_the_same_cost():
@@ -496,4 +519,5 @@ def test_the_guide_words_and_the_biggest_gain_read_the_same_factors():
     assert A.helping(pts, ladder.TRAINS_THE_TEACHER, metric="train_epoch_s") == ["bucketing"]
     best, x, e = A.biggest_alone(pts, techniques, metric="latency_b32_ms")
     assert best == "bucketing" and x == pytest.approx(8.0) and e.value == pytest.approx(8.0)
-    assert A.factor(None) is None and A.factor(A.effect(pts, "int8", metric="latency_b32_ms"), "alone") == pytest.approx(1.5)
+    assert A.factor(None) is None and A.factor(
+        A.effect(pts, "int8", metric="latency_b32_ms"), "alone") == pytest.approx(1.5)

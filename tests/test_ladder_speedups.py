@@ -23,7 +23,8 @@ def test_a_paired_speedup_is_the_geometric_mean_of_per_repeat_ratios():
     assert e == pytest.approx(Estimate(value, value * sd / math.sqrt(3), 2.0))
     assert e == speedup([10.0, 12.0, 11.0], [5.0, 4.0, 5.5])
     # drift that hits both alike cancels: the same ratio every repeat, no noise
-    drift = S.rung_speedup(_point("b", test_set_s=[4.0, 8.0]), _point("f", test_set_s=[1.0, 2.0]), "test_set_s")
+    drift = S.rung_speedup(_point("b", test_set_s=[4.0, 8.0]), _point("f", test_set_s=[1.0, 2.0]),
+                           "test_set_s")
     assert drift.value == pytest.approx(4.0) and drift.se == pytest.approx(0.0)
     assert S.rung_speedup(base, base, "latency_b32_ms") == Estimate(1.0, 0.0, math.inf)
 
@@ -55,11 +56,13 @@ def test_an_epoch_of_many_widths_is_fitted_not_averaged():
              "train_design": {"x": x, "population": epoch}}
     e = S.epoch_estimate(point)
     ref = regression_total([t / len(epoch) for t in steps], x, epoch)
-    assert (e.value, e.se, e.dof) == (pytest.approx(ref.value, rel=1e-9), pytest.approx(ref.se, rel=1e-6), ref.dof)
+    assert (e.value, e.se, e.dof) == (pytest.approx(ref.value, rel=1e-9),
+                                      pytest.approx(ref.se, rel=1e-6), ref.dof)
     assert e.value == pytest.approx(sum(map(cost, epoch)), rel=0.03)
     plain = S.epoch_estimate({"name": "p", "samples": {"train_epoch_s": steps}})
     assert e.se < plain.se / 5                                  # the plain error counts the widths
-    base = _point("base", train_epoch_s=[10 * sum(map(cost, epoch))] * 2 + [10.5 * sum(map(cost, epoch))])
+    base = _point("base",
+                  train_epoch_s=[10 * sum(map(cost, epoch))] * 2 + [10.5 * sum(map(cost, epoch))])
     r = S.rung_speedup(base, point, "train_epoch_s")    # fixed padding's plain mean over the fit
     assert r.value == pytest.approx(statistics.fmean(base["samples"]["train_epoch_s"]) / e.value)
     assert r.dof == 2.0                                   # the base's n - 1, fewer than the fit's 5
@@ -122,7 +125,8 @@ def test_regression_total_models_width_and_keeps_the_noise():
     noisy = [cost(w) * (1 + 0.02 * rng.gauss(0, 1)) for w in x]
     e = regression_total(noisy, x, epoch)
     assert e.dof == 5 and e.value == pytest.approx(sum(map(cost, epoch)), rel=0.05)
-    assert 0.002 < e.se / e.value < 0.03                        # about the 2% noise, not the x10 width spread
+    assert 0.002 < e.se / e.value < 0.03                        # about the 2% noise, not the x10
+                                                                # width spread
     few = regression_total([1.0, 2.0], [10, 20], epoch)
     assert few.value == pytest.approx(1.5 * 300) and math.isinf(few.se)
     with pytest.raises(ValueError, match="one value each"):
@@ -141,7 +145,8 @@ def test_regression_ratio_recovers_the_epochs_ratio_and_its_noise():
         return 1e-3 + 2e-5 * w + 1e-8 * w * w
 
     rng = random.Random(0)
-    slow, fast = [rng.randint(300, 512) for _ in range(100)], [rng.randint(20, 200) for _ in range(100)]
+    slow, fast = ([rng.randint(300, 512) for _ in range(100)],
+                  [rng.randint(20, 200) for _ in range(100)])
     x = [rng.randint(20, 512) for _ in range(16)]
     exact = regression_ratio([cost(w) for w in x], x, slow, fast)
     assert isinstance(exact, Ratio) and exact.se < 1e-9

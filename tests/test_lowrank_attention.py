@@ -64,8 +64,9 @@ def test_uniform_attention_has_rank_one():
 def test_flops_by_hand():
     assert LR.attention_flops(length=4096, head_dim=64) == 4 * 4096 ** 2 * 64
     assert LR.attention_flops(length=4096, head_dim=64, rank=256) == 8 * 4096 * 256 * 64
-    assert LR.attention_flops(length=4096, head_dim=64) / LR.attention_flops(length=4096, head_dim=64, rank=256) \
-        == pytest.approx(4096 / (2 * 256))
+    assert (LR.attention_flops(length=4096, head_dim=64)
+            / LR.attention_flops(length=4096, head_dim=64, rank=256)
+            == pytest.approx(4096 / (2 * 256)))
     assert math.isclose(LR.relative_error(torch.ones(3), torch.ones(3)), 0.0)
 
 

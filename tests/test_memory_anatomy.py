@@ -35,7 +35,8 @@ def test_weights_and_optimizer_state_equal_the_live_tensors(optimizer):
     opt.step()
     got, p = static_bytes(model, opt), A.plan(s)
     assert p.parameters == count_parameters(model)
-    assert (got["weights"], got["gradients"], got["optimizer"]) == (p.weights, p.gradients, p.optimizer)
+    assert ((got["weights"], got["gradients"], got["optimizer"])
+            == (p.weights, p.gradients, p.optimizer))
 
 
 @pytest.mark.parametrize("policy", ["every", "every_other", "attention"])
@@ -107,7 +108,8 @@ def test_allocations_by_layer_add_up_to_what_autograd_saves():
     model, batch = build(s)
     exact = saved_activation_bytes(model, batch["input_ids"], batch["attention_mask"])
     rows = allocations_by_layer(model, batch, make_optimizer("adamw", model.parameters(), lr=1e-3))
-    assert list(rows)[:2] == ["embedding", "block 0 · LayerNorm 1"] and "block 2 · attention" in rows
+    assert (list(rows)[:2] == ["embedding", "block 0 · LayerNorm 1"]
+            and "block 2 · attention" in rows)
     forward = sum(r["forward"] for name, r in rows.items() if name != "outside the layers")
     assert forward == pytest.approx(exact, rel=0.05)     # small tensors: allocator rounding
     # every block keeps the same, and its backward frees more than it writes
@@ -123,10 +125,12 @@ def test_checkpoint_times_time_every_policy_against_none(monkeypatch):
     from course_lib.memory import measure as M
     built = []
     real_build = M.build
-    monkeypatch.setattr(M, "build", lambda s, **kw: built.append((s.length, s.checkpoint)) or real_build(s, **kw))
+    monkeypatch.setattr(M, "build", lambda s, **kw: (built.append((s.length, s.checkpoint))
+                                                     or real_build(s, **kw)))
     got = M.checkpoint_times(replace(SMALL, batch=2, length=16), [16, 32], repeats=2, warmup=0)
     assert list(got) == [16, 32]
-    assert built == [(L, p) for L in (16, 32) for p in A.CHECKPOINTING]     # each policy, each length
+    # each policy, each length
+    assert built == [(L, p) for L in (16, 32) for p in A.CHECKPOINTING]
     for row in got.values():
         assert set(row) == set(A.CHECKPOINTING)
         assert all(len(r["timing"].samples) == 2 for r in row.values())
@@ -147,8 +151,10 @@ def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():
     batch["attention_mask"] = torch.arange(48)[None, :] < lengths[:, None]
     ref_seq = G.gradients(model, batch, micro=1, normalisation="sequence")
     ref_tok = G.gradients(model, batch, micro=1, normalisation="token_global")
-    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="sequence"), ref_seq) < 1e-5
-    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="token_global"), ref_tok) < 1e-5
+    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="sequence"),
+                                 ref_seq) < 1e-5
+    assert G.relative_difference(G.gradients(model, batch, micro=4, normalisation="token_global"),
+                                 ref_tok) < 1e-5
     trap = G.gradients(model, batch, micro=2, normalisation="token_per_micro")
     assert G.relative_difference(trap, ref_tok) > 0.05      # short micro-batches weigh too much
     with pytest.raises(ValueError, match="divide"):
@@ -158,7 +164,8 @@ def test_accumulation_equals_the_big_batch_and_the_token_trap_does_not():
 def test_root_bytes_and_attention_work_by_hand():
     s = A.Setup(vocab_size=100, d_model=8, d_ff=16, n_heads=2, n_outputs=2, length=4)
     assert A.root_bytes(s) == 4 * (100 * 8 + 8 + 8 + 2 * 8 + 2)
-    assert A.attention_work_share(s) == pytest.approx((4 * 64 + 2 * 4 * 8) / (4 * 64 + 2 * 4 * 8 + 2 * 8 * 16))
+    assert A.attention_work_share(s) == pytest.approx((4 * 64 + 2 * 4 * 8)
+                                                      / (4 * 64 + 2 * 4 * 8 + 2 * 8 * 16))
 
 
 def test_accumulated_step_by_hand():

@@ -85,6 +85,7 @@ def test_traffic_by_hand_and_bad_input():
 
 
 def test_worker_command_line_round_trips_the_config():
-    cfg = S.ShardConfig(strategy="zero1", setup=Setup(d_model=64, n_heads=2, batch=3, optimizer="sgd"),
+    cfg = S.ShardConfig(strategy="zero1",
+                        setup=Setup(d_model=64, n_heads=2, batch=3, optimizer="sgd"),
                         steps=5, lr=0.5, seed=2)
     assert S._parse(S.worker_args(cfg)) == (cfg, None, 1)

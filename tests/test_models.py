@@ -66,8 +66,9 @@ def test_rotary_matches_the_complex_formulation():
 def test_rotary_scores_depend_only_on_the_offset():
     q, k = torch.randn(1, 8), torch.randn(1, 8)
     cos, sin = rotary_tables(40, 8)
-    score = lambda i, j: float(apply_rotary(q, cos[i:i + 1], sin[i:i + 1])
-                               @ apply_rotary(k, cos[j:j + 1], sin[j:j + 1]).T)
+    def score(i, j):
+        return float(apply_rotary(q, cos[i:i + 1], sin[i:i + 1])
+                     @ apply_rotary(k, cos[j:j + 1], sin[j:j + 1]).T)
     assert score(3, 1) == pytest.approx(score(33, 31), abs=1e-4)
     assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-3)
 
@@ -94,7 +95,8 @@ def reference_forward(m, ids):
         o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, L, -1)
         x = x + o @ blk.attn.proj.weight.T + blk.attn.proj.bias
         h = F.layer_norm(x, (x.shape[-1],), blk.ln2.weight, blk.ln2.bias)
-        x = x + F.gelu(h @ blk.ff.fc1.weight.T + blk.ff.fc1.bias) @ blk.ff.fc2.weight.T + blk.ff.fc2.bias
+        x = (x + F.gelu(h @ blk.ff.fc1.weight.T + blk.ff.fc1.bias) @ blk.ff.fc2.weight.T
+             + blk.ff.fc2.bias)
     x = F.layer_norm(x, (x.shape[-1],), m.ln_f.weight, m.ln_f.bias)
     pooled = (x * real[..., None]).sum(1) / real.sum(1, keepdim=True)
     return pooled @ m.head.weight.T + m.head.bias
@@ -156,7 +158,8 @@ def test_folded_key_padding_equals_a_boolean_mask():
     real = torch.ones(3, 7, dtype=torch.bool)
     real[0, 4:], real[2, 1:] = False, False
     bias = torch.randn(1, 2, 7, 7)
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~real[:, None, None], float("-inf")))
+    want = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias.masked_fill(~real[:, None, None], float("-inf")))
     got = sdpa(q, k, v, mask=real[:, None, None, :], bias=bias, dropout_p=0.0)
     assert torch.allclose(got, want, atol=1e-5)
 
@@ -165,7 +168,8 @@ def test_every_matrix_multiply_is_an_nn_linear():
     m = build_model(30, preset="teacher")
     linear = sum(p.numel() for mod in m.modules() if isinstance(mod, torch.nn.Linear)
                  for p in (mod.weight,))
-    matrices = sum(p.numel() for n, p in m.named_parameters() if p.dim() == 2 and not n.startswith("tok"))
+    matrices = sum(p.numel() for n, p in m.named_parameters()
+                   if p.dim() == 2 and not n.startswith("tok"))
     assert linear == matrices
 
 

@@ -36,10 +36,13 @@ def test_lamb_second_step_uses_bias_corrected_moments():
     opt = Lamb([p], lr=0.05, betas=(0.8, 0.9), eps=1e-6)
     g1, g2 = torch.tensor([1.0, 2.0]), torch.tensor([-0.5, 1.0])
     x = p.detach().clone()
-    m = torch.zeros(2); v = torch.zeros(2)
+    m = torch.zeros(2)
+    v = torch.zeros(2)
     for t, g in enumerate((g1, g2), start=1):
-        p.grad = g.clone(); opt.step()
-        m = 0.8 * m + 0.2 * g; v = 0.9 * v + 0.1 * g * g
+        p.grad = g.clone()
+        opt.step()
+        m = 0.8 * m + 0.2 * g
+        v = 0.9 * v + 0.1 * g * g
         u = (m / (1 - 0.8 ** t)) / ((v / (1 - 0.9 ** t)).sqrt() + 1e-6)
         x = x - 0.05 * (x.norm() / u.norm()) * u
     torch.testing.assert_close(p.detach(), x)
@@ -137,12 +140,14 @@ def test_implementations_give_the_same_step(impl):
     torch.manual_seed(0)
     w, g = torch.randn(10), torch.randn(10)
     ref = adamw_by_hand(w, [g, g * 0.5], lr=1e-2, weight_decay=0.1) - w
-    torch.testing.assert_close(single_step_delta("adamw", w, [g, g * 0.5], lr=1e-2, weight_decay=0.1),
+    torch.testing.assert_close(single_step_delta("adamw", w, [g, g * 0.5], lr=1e-2,
+                                                 weight_decay=0.1),
                                ref, atol=1e-6, rtol=1e-5)
     p = nn.Parameter(w.clone())
     opt = make_optimizer("adamw", [p], lr=1e-2, weight_decay=0.1, implementation=impl)
     for gg in (g, g * 0.5):
-        p.grad = gg.clone(); opt.step()
+        p.grad = gg.clone()
+        opt.step()
     torch.testing.assert_close(p.detach() - w, ref, atol=1e-6, rtol=1e-5)
 
 

@@ -24,7 +24,8 @@ def tiny_problem():
 
     class Tiny(nn.Module):
         def __init__(self):
-            super().__init__(); self.lin = nn.Linear(6, 2)
+            super().__init__()
+            self.lin = nn.Linear(6, 2)
         def forward(self, ids, mask):
             return self.lin(x[ids])
 
@@ -38,7 +39,8 @@ def tiny_problem():
                                            generator=torch.Generator().manual_seed(seed))
 
     def build(seed):
-        torch.manual_seed(seed); return Tiny()
+        torch.manual_seed(seed)
+        return Tiny()
     return build, loader
 
 
@@ -65,7 +67,8 @@ def test_run_budget_and_summarize():
 
 def test_steps_to():
     r = RunResult("x", 0, History(), [10, 20, 30], [0.5, 0.7, 0.9])
-    assert r.steps_to(0.7) == 20 and r.steps_to(0.95) is None and math.isnan(RunResult("y", 0, History()).final_accuracy)
+    assert (r.steps_to(0.7) == 20 and r.steps_to(0.95) is None
+            and math.isnan(RunResult("y", 0, History()).final_accuracy))
 
 
 def test_curve_mean_lr_grid_and_best_per_optimizer():
@@ -73,7 +76,8 @@ def test_curve_mean_lr_grid_and_best_per_optimizer():
     assert r.curve_mean == pytest.approx(0.7)
     assert math.isnan(RunResult("y", 0, History()).curve_mean)
     specs = lr_grid({"sgd": [0.1, 0.3], "adamw": [1e-3]}, adamw={"weight_decay": 0.1})
-    assert specs == {"sgd@0.1": {"optimizer": "sgd", "lr": 0.1}, "sgd@0.3": {"optimizer": "sgd", "lr": 0.3},
+    assert specs == {"sgd@0.1": {"optimizer": "sgd", "lr": 0.1},
+                     "sgd@0.3": {"optimizer": "sgd", "lr": 0.3},
                      "adamw@0.001": {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.1}}
     summary = {"sgd@0.1": {"mean_curve_accuracy": 0.6}, "sgd@0.3": {"mean_curve_accuracy": 0.7},
                "adamw@0.001": {"mean_curve_accuracy": 0.65}}
@@ -84,12 +88,14 @@ def test_curve_mean_lr_grid_and_best_per_optimizer():
 
 def test_score_split_and_training_clock():
     build, loader = tiny_problem()
-    res = run_budget(build, loader, loader(0, shuffle=False), specs={"adamw": dict(lr=0.05)}, seeds=(0,),
-                     epochs=3, eval_every=4, score_loader=loader(1, shuffle=False))
+    res = run_budget(build, loader, loader(0, shuffle=False), specs={"adamw": dict(lr=0.05)},
+                     seeds=(0,), epochs=3, eval_every=4, score_loader=loader(1, shuffle=False))
     r = res[0]
     assert len(r.score_accuracy) == len(r.curve_accuracy) == len(r.curve_seconds) == 3
-    assert r.score_accuracy == r.curve_accuracy          # the same reviews in another order: same accuracy
-    assert all(b > a for a, b in zip(r.curve_seconds, r.curve_seconds[1:])) and r.curve_seconds[0] > 0
+    assert r.score_accuracy == r.curve_accuracy          # the same reviews in another order: same
+                                                         # accuracy
+    assert (all(b > a for a, b in zip(r.curve_seconds, r.curve_seconds[1:]))
+            and r.curve_seconds[0] > 0)
     assert r.train_seconds <= r.seconds                  # evaluation is off the training clock
     assert summarize(res)["adamw"]["mean_score_accuracy"] == pytest.approx(r.score_mean)
     assert math.isnan(RunResult("y", 0, History()).score_mean)
@@ -125,7 +131,8 @@ def test_race_extends_the_grid_past_an_edge(monkeypatch):
 
 
 def test_accuracy_over_time_by_hand():
-    r = RunResult("x", 0, History(), [10, 20], [0.7, 0.9], score_accuracy=[0.6, 0.8], curve_seconds=[2.0, 4.0])
+    r = RunResult("x", 0, History(), [10, 20], [0.7, 0.9], score_accuracy=[0.6, 0.8],
+                  curve_seconds=[2.0, 4.0])
     # score curve: (0, 0.5) -> (2, 0.6) -> (4, 0.8); area to 4 s = 2*0.55 + 2*0.7 = 2.5
     assert accuracy_over_time(r, 4.0) == pytest.approx(2.5 / 4)
     # to 3 s: 2*0.55 + 1*(0.6 + 0.7)/2 = 1.75

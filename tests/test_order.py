@@ -12,7 +12,8 @@ def test_the_sorted_arm_runs_short_to_long_every_epoch_and_the_bucketed_one_resh
     sorted_arm = order.sampler("sorted, no shuffle", lengths, batch_size=8, seed=0)
     first, second = list(sorted_arm), list(sorted_arm)
     widths = [max(lengths[i] for i in b) for b in first]
-    assert first == second and widths == sorted(widths)           # the sawtooth: same order, ascending
+    assert first == second and widths == sorted(widths)           # the sawtooth: same order,
+                                                                  # ascending
     bucketed = order.sampler("bucketed, shuffled", lengths, batch_size=8, seed=0)
     assert list(bucketed) != list(bucketed)                        # a new order each epoch
     for arm in order.ARMS:                                         # every review once per epoch
@@ -35,8 +36,10 @@ def test_train_arm_trains_on_the_arms_batches_and_checks_its_lengths():
 def test_from_evidence_pairs_by_seed_and_counts_the_seeds_a_tolerance_needs():
     runs = [{"epochs": e, "seed": s, "arm": a, "test_accuracy": acc}
             for e, rows in {2: [(0.70, 0.72), (0.80, 0.78), (0.75, 0.79)]}.items()
-            for s, pair in enumerate(rows) for a, acc in zip(("sorted, no shuffle", "bucketed, shuffled"), pair)]
-    ev = {"recipe": {"budgets": [2], "arms": ["sorted, no shuffle", "bucketed, shuffled"]}, "runs": runs}
+            for s, pair in enumerate(rows)
+            for a, acc in zip(("sorted, no shuffle", "bucketed, shuffled"), pair)]
+    ev = {"recipe": {"budgets": [2], "arms": ["sorted, no shuffle", "bucketed, shuffled"]},
+          "runs": runs}
     got = order.from_evidence(ev, tolerance=1.0)
     assert got["pairs"][2] == pytest.approx([-2.0, 2.0, -4.0]) and got["seeds"] == 3
     assert got["difference"][2].value == pytest.approx(-4 / 3) and got["difference"][2].dof == 2

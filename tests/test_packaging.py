@@ -45,7 +45,8 @@ def test_the_wheel_carries_weights_evidence_and_runs(tmp_path):
     names = set(zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist())
     for name in EVIDENCE:
         assert f"course_lib/_data/evidence/{name}.json" in names, f"the wheel lacks evidence {name}"
-    assert any(n.startswith("course_lib/_data/runs/") for n in names), "the wheel lacks the reference runs"
-    for weights in ("core/weights/baseline.pt", "generate/weights/decoder_kv4.pt", "generate/weights/draft.pt",
-                    "real_model/course_sentences.json"):
+    assert any(n.startswith("course_lib/_data/runs/") for n in names), (
+        "the wheel lacks the reference runs")
+    for weights in ("core/weights/baseline.pt", "generate/weights/decoder_kv4.pt",
+                    "generate/weights/draft.pt", "real_model/course_sentences.json"):
         assert f"course_lib/{weights}" in names, f"the wheel lacks {weights}"

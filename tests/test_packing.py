@@ -43,7 +43,8 @@ def test_bin_packers_cover_and_fit(lengths, max_len):
     # Best-fit decreasing is not always better than next-fit (lengths [26, 26, 26, 56, 26, 31, 53]
     # at 134: 3 rows against 2), but it is never worse than 11/9 of the optimum + 6/9 (Dósa 2007),
     # and the optimum is at most next-fit's count; no packer beats the total length's bound.
-    bfd, nf = len(pack_best_fit(lengths, max_len=max_len)), len(pack_greedy(lengths, max_len=max_len))
+    bfd, nf = (len(pack_best_fit(lengths, max_len=max_len)),
+               len(pack_greedy(lengths, max_len=max_len)))
     lower = -(-sum(lengths) // max_len)
     assert lower <= bfd <= 11 / 9 * nf + 6 / 9 and lower <= nf
 
@@ -74,7 +75,8 @@ def test_packed_forward_matches_one_sequence_at_a_time():
     torch.manual_seed(0)
     model = build_model(50, preset="student", d_model=32, n_heads=2)
     seqs = [torch.randint(2, 50, (n,)) for n in (5, 31, 12, 7, 40, 3, 1)]
-    items = [{"input_ids": s, "label": k % 2, "rating": 2.0, "index": k} for k, s in enumerate(seqs)]
+    items = [{"input_ids": s, "label": k % 2, "rating": 2.0, "index": k}
+             for k, s in enumerate(seqs)]
     batch = PackedCollate(max_len=64, strategy="best_fit")(items)
     assert batch["input_ids"].shape[0] < len(seqs)
     for mode in (model.train, model.eval):
@@ -112,8 +114,10 @@ def test_issue_targets_on_course_corpus_lengths():
     from course_lib.core.padding import batches_efficiency
 
     lengths = [len(r.text.split()) for r in generate(4000, cfg=CorpusConfig(), seed=123)]
-    assert batches_efficiency(lengths, list(BucketBatchSampler(lengths, batch_size=32, megabatch_size=100))) >= 0.94
-    assert batches_efficiency(lengths, list(TokenBudgetBatchSampler(lengths, max_tokens=2560))) >= 0.95
+    assert batches_efficiency(lengths, list(BucketBatchSampler(lengths, batch_size=32,
+                                                               megabatch_size=100))) >= 0.94
+    assert batches_efficiency(lengths,
+                              list(TokenBudgetBatchSampler(lengths, max_tokens=2560))) >= 0.95
     plan = list(PackingBatchSampler(lengths, max_len=512, rows_per_batch=5))
     assert packing_efficiency(lengths, plan, max_len=512) >= 0.99
     with pytest.raises(ValueError, match="batches"):

@@ -3,8 +3,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib.core.batching import BucketBatchSampler
-from course_lib.core.padding import Collate, pad_batch
+from course_lib.core.batching import (BucketBatchSampler, TokenBudgetBatchSampler,
+                                      UniformLengthBatchSampler, make_loader,
+                                      uniform_length_batches)
+from course_lib.core.padding import (Collate, batches_efficiency, fixed_length, key_padding_mask,
+                                     lengths_to_mask, pad_batch, padded_tokens)
 
 
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=20))
@@ -82,10 +85,6 @@ def test_bucket_sampler_bad_input():
 
 
 # --- lesson 01/02 additions -------------------------------------------------------------
-from course_lib.core.batching import (TokenBudgetBatchSampler, UniformLengthBatchSampler,
-                                 make_loader, uniform_length_batches)
-from course_lib.core.padding import (batches_efficiency, fixed_length, key_padding_mask,
-                                lengths_to_mask, padded_tokens)
 
 LENGTHS = st.lists(st.integers(1, 200), min_size=1, max_size=200)
 
@@ -177,7 +176,8 @@ def test_sharded_samplers_give_every_rank_the_same_steps(lengths, bs, replicas, 
             bases = [make() for _ in range(replicas)]
             for b in bases:
                 b.set_epoch(epoch)
-            shards = [list(ShardedBatchSampler(b, num_replicas=replicas, rank=r, drop_last=drop_last))
+            shards = [list(ShardedBatchSampler(b, num_replicas=replicas, rank=r,
+                                               drop_last=drop_last))
                       for r, b in enumerate(bases)]
             assert len({len(s) for s in shards}) == 1
             flat = [i for s in shards for batch in s for i in batch]
@@ -258,7 +258,8 @@ def test_noisy_sort_covers_every_index_once_per_epoch(lengths, bs, noise, drop_l
 
 
 def test_noisy_sort_at_zero_noise_pads_like_the_full_sort_and_still_changes_batches():
-    from course_lib.core.batching import NoisySortBatchSampler, kept_batch_mates, uniform_length_batches
+    from course_lib.core.batching import (NoisySortBatchSampler, kept_batch_mates,
+                                          uniform_length_batches)
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 60, (2000,), generator=g).tolist()   # many ties, as in the corpus
     s = NoisySortBatchSampler(lengths, batch_size=16, noise=0.0, seed=0)

@@ -29,7 +29,8 @@ def test_ratio_is_the_geometric_mean_over_seeds_and_a_diverged_run_is_infinitely
 
 
 def test_every_recipe_trains_and_divergence_is_recorded_consistently():
-    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64), scale=0.02)
+    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64),
+                       scale=0.02)
     runs = pr.run(easy, recipes=pr.RECIPES, seeds=[0], steps=3, length=24)
     assert set(runs) == set(pr.RECIPES)
     assert all(len(v) == 1 for v in runs.values())
@@ -45,7 +46,8 @@ def test_every_recipe_trains_and_divergence_is_recorded_consistently():
 
 
 def test_offset_shifts_every_target_and_a_16_bit_prediction_never_beats_the_rounding_floor():
-    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64), scale=0.02)
+    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64),
+                       scale=0.02)
     shifted = pr.with_offset(easy, 1024)
     assert [r.rating for r in shifted.test.reviews] == [r.rating + 1024 for r in easy.test.reviews]
     assert [r.text for r in shifted.train.reviews] == [r.text for r in easy.train.reviews]
@@ -69,7 +71,8 @@ def test_offset_shifts_every_target_and_a_16_bit_prediction_never_beats_the_roun
 
 def test_pure_fp16_adamw_breaks_on_epsilon_not_on_regression():
     from course_lib.core.model import build_model
-    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64), scale=0.02)
+    easy = load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0, n_test=64),
+                       scale=0.02)
     from course_lib.core.batching import make_loader
     batch = next(iter(make_loader(easy.train, batch_size=8, seed=0, max_length=24)))
     for task, n in (("regression", 1), ("classification", 2)):

@@ -84,22 +84,25 @@ def test_colab_repo_rewrites_one_place_and_every_notebook(tmp_path):
     import shutil
     (tmp_path / "course_lib" / "tools").mkdir(parents=True)
     (tmp_path / "notebooks").mkdir()
-    shutil.copy(ROOT / "course_lib" / "tools" / "colab.py", tmp_path / "course_lib" / "tools" / "colab.py")
+    shutil.copy(ROOT / "course_lib" / "tools" / "colab.py",
+                tmp_path / "course_lib" / "tools" / "colab.py")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for name in ("00_welcome.ipynb", "07_quantization.ipynb"):
         shutil.copy(ROOT / "notebooks" / name, tmp_path / "notebooks" / name)
     colab.main(["--repo", "alice/course-fork", "--branch", "spring", "--root", str(tmp_path)])
-    spec = importlib.util.spec_from_file_location("forked_colab", tmp_path / "course_lib" / "tools" / "colab.py")
+    spec = importlib.util.spec_from_file_location("forked_colab",
+                                                  tmp_path / "course_lib" / "tools" / "colab.py")
     forked = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(forked)
     assert forked.REPO_URL == "https://github.com/alice/course-fork" and forked.BRANCH == "spring"
     assert colab.pyproject_url(tmp_path) == forked.REPO_URL
     forked.main(["--check", "--root", str(tmp_path)])            # everything agrees with the fork
     cells = json.loads((tmp_path / "notebooks" / "07_quantization.ipynb").read_text())["cells"]
-    assert "colab.research.google.com/github/alice/course-fork/blob/spring/notebooks/07_quantization.ipynb" \
-        in "".join(cells[0]["source"])
+    assert ("colab.research.google.com/github/alice/course-fork/blob/spring/notebooks/"
+            "07_quantization.ipynb" in "".join(cells[0]["source"]))
     assert "git+https://github.com/alice/course-fork@spring" in "".join(cells[1]["source"])
-    with pytest.raises(SystemExit, match="out of date"):          # the original URL no longer matches
+    with pytest.raises(SystemExit, match="out of date"):          # the original URL no longer
+                                                                  # matches
         colab.main(["--check", "--root", str(tmp_path)])
     with pytest.raises(ValueError, match="OWNER/NAME"):
         colab.set_repository("not a repo", root=tmp_path)

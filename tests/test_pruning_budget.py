@@ -42,7 +42,8 @@ def test_run_fine_tunes_every_cell_and_from_evidence_matches_a_hand_computation(
     red = budget.from_evidence(body)
     dense = body["recipe"]["dense_test_accuracy"]
     label = budget.VARIANTS["layers"]
-    cut = next(r["test_accuracy"] for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 0)
+    cut = next(r["test_accuracy"] for r in body["runs"]
+               if r["variant"] == "layers" and r["steps"] == 0)
     assert red["change"][label][0].value == pytest.approx(100 * (cut - dense))
     zero = next(r for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 0)
     from course_lib.measure.scoring import score
@@ -51,9 +52,11 @@ def test_run_fine_tunes_every_cell_and_from_evidence_matches_a_hand_computation(
     test = make_loader(corpus.test, batch_size=64, shuffle=False)
     labels = torch.tensor([r.label for r in corpus.test.reviews])
     want = paired_accuracy_change(score(teacher, test, labels).correct,
-                                  score(budget.build_variant(teacher, "layers"), test, labels).correct)
+                                  score(budget.build_variant(teacher, "layers"), test,
+                                        labels).correct)
     assert red["change"][label][0].se == pytest.approx(want.se) == pytest.approx(zero["paired_se"])
-    tuned = [100 * (r["test_accuracy"] - dense) for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 2]
+    tuned = [100 * (r["test_accuracy"] - dense) for r in body["runs"]
+             if r["variant"] == "layers" and r["steps"] == 2]
     ses = [r["paired_se"] for r in body["runs"] if r["variant"] == "layers" and r["steps"] == 2]
     assert len(ses) == 2                                  # every run keeps its test-set error
     from course_lib.measure.verdicts import over_seeds

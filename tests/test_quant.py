@@ -230,12 +230,14 @@ def test_fake_quantize_matches_torchs_own(scheme, bits):
     g = torch.Generator().manual_seed(bits)
     x = torch.randn(16, 32, generator=g) * torch.linspace(0.1, 3, 16)[:, None] + 0.3
     p = quant.calibrate(x, bits=bits, scheme=scheme)
-    ref = torch.fake_quantize_per_tensor_affine(x, float(p.scale), int(p.zero_point), p.qmin, p.qmax)
+    ref = torch.fake_quantize_per_tensor_affine(x, float(p.scale), int(p.zero_point), p.qmin,
+                                                p.qmax)
     got = quant.fake_quantize(x, bits=bits, scheme=scheme)
     assert (got == ref).float().mean() >= 0.999
     assert (got - ref).abs().max() <= float(p.scale) * 1.0001
     pc = quant.calibrate(x, bits=bits, scheme=scheme, granularity="per_channel", axis=0)
-    ref = torch.fake_quantize_per_channel_affine(x, pc.scale.flatten(), pc.zero_point.flatten().to(torch.int32),
+    ref = torch.fake_quantize_per_channel_affine(x, pc.scale.flatten(),
+                                                 pc.zero_point.flatten().to(torch.int32),
                                                  0, pc.qmin, pc.qmax)
     got = quant.fake_quantize(x, bits=bits, scheme=scheme, granularity="per_channel", axis=0)
     assert (got == ref).float().mean() >= 0.999

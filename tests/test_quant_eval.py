@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from course_lib.core.model import build_model
-from course_lib.quant.evaluate import Scored, bit_sweep, compare_to, lowest_holding, rounded_to_zero, score
+from course_lib.quant.evaluate import (Scored, bit_sweep, compare_to, lowest_holding,
+                                       rounded_to_zero, score)
 from course_lib.measure.verdicts import Rule, t_quantile
 
 RULE = Rule("accuracy change (points)", ">=", -1.0)

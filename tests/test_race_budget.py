@@ -13,8 +13,10 @@ def _run(budget, spec, seed, val, test):
 def test_from_evidence_chooses_on_validation_and_pairs_by_seed():
     runs = []
     for seed, noise in ((0, 0.0), (1, 0.02), (2, -0.01)):
-        runs += [_run(64, "adamw@0.001", seed, 0.60, 0.61 + noise), _run(64, "adamw@0.01", seed, 0.80, 0.78 + noise),
-                 _run(64, "sgd@0.1", seed, 0.55, 0.70), _run(64, "sgd@1", seed, 0.65, 0.60 + noise / 2)]
+        runs += [_run(64, "adamw@0.001", seed, 0.60, 0.61 + noise),
+                 _run(64, "adamw@0.01", seed, 0.80, 0.78 + noise),
+                 _run(64, "sgd@0.1", seed, 0.55, 0.70),
+                 _run(64, "sgd@1", seed, 0.65, 0.60 + noise / 2)]
     body = {"budgets": [64], "runs": runs}
     got = RB.from_evidence(body)[64]
     assert got["best"] == {"adamw": "adamw@0.01", "sgd": "sgd@1"}   # by validation, not by test

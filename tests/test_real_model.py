@@ -44,7 +44,8 @@ def test_tokenize_counts_what_it_cuts(loaded):
 
 
 def test_fidelity_on_hand_made_embeddings():
-    e = torch.nn.functional.normalize(torch.eye(6)[:, :4] + 0.1 * torch.arange(24.).reshape(6, 4), dim=-1)
+    e = torch.nn.functional.normalize(torch.eye(6)[:, :4] + 0.1 * torch.arange(24.).reshape(6, 4),
+                                      dim=-1)
     same = R.fidelity(e, e, k=2)
     assert same["mean_cosine"] == pytest.approx(1.0) and same["top1_agreement"] == 1.0
     assert same["top2_agreement"] == 1.0 and same["n"] == 6

@@ -20,7 +20,8 @@ def test_summary_lists_hardware_every_result_and_failures():
     page = summary_html(results, runs)
     assert "torch threads" in page and "baseline_test_accuracy" in page and "93.0%" in page
     # the ladder's lesson comes first among the lessons
-    assert page.index("<h2><a href='notebooks/14_capstone") < page.index("<h2><a href='notebooks/00_welcome")
+    assert (page.index("<h2><a href='notebooks/14_capstone")
+            < page.index("<h2><a href='notebooks/00_welcome"))
     assert "RuntimeError: boom" in page
 
 
@@ -74,13 +75,16 @@ def test_reference_run_is_stored_and_shown_beside_this_machine(tmp_path):
     gpu_dir.mkdir()
     (gpu_dir / "04_mixed_precision.json").write_text(json.dumps(
         _payload("04_mixed_precision", "cuda", 3.25, device_name="NVIDIA Fake 100")))
-    path = save_run(gpu_dir, seconds={"04_mixed_precision": 61.23, "99_other": 1.0}, directory=store)
+    path = save_run(gpu_dir, seconds={"04_mixed_precision": 61.23, "99_other": 1.0},
+                    directory=store)
     assert path.name == "NVIDIA_Fake_100.json"
-    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2}   # only lessons it has
+    # only lessons it has
+    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2}
     (gpu_dir / "05_pruning.json").write_text(json.dumps(
         _payload("05_pruning", "cuda", 1.0, device_name="NVIDIA Fake 100")))
     path = save_run(gpu_dir, seconds={"05_pruning": 9.04}, directory=store)     # report --only 05
-    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2, "05_pruning": 9.0}
+    assert json.loads(path.read_text())["seconds"] == {"04_mixed_precision": 61.2,
+                                                       "05_pruning": 9.0}
     (gpu_dir / "05_pruning.json").unlink()
     runs = load_runs(store)
     label = "NVIDIA Fake 100 (GPU, torch ?)"
@@ -109,10 +113,12 @@ def test_save_run_refuses_empty_smoke_and_mixed_results(tmp_path):
     with pytest.raises(ValueError, match="smoke"):
         save_run(tmp_path, directory=tmp_path / "store")
     (tmp_path / "00_welcome.json").write_text(json.dumps(_payload("00_welcome", "cpu", 1.0)))
-    (tmp_path / "01_padding.json").write_text(json.dumps(_payload("01_padding", "cuda", 1.0, device_name="G")))
+    (tmp_path / "01_padding.json").write_text(json.dumps(_payload("01_padding", "cuda", 1.0,
+                                                                  device_name="G")))
     with pytest.raises(ValueError, match="several machines"):
         save_run(tmp_path, directory=tmp_path / "store")
-    assert run_name({"device": "cpu", "device_name": "Intel(R) Xeon(R)", "threads": 2}) == "cpu_Intel_R_Xeon_R_2_threads"
+    assert (run_name({"device": "cpu", "device_name": "Intel(R) Xeon(R)", "threads": 2})
+            == "cpu_Intel_R_Xeon_R_2_threads")
 
 
 def test_save_run_counts_a_lesson_on_fewer_threads_as_the_same_machine(tmp_path):
@@ -164,7 +170,8 @@ def test_report_opens_with_the_claims_table():
     from course_lib.measure.verdicts import Ratio
 
     v = judge("dynamic_padding_faster", 1.0, se=0.01, evidence="ran 3 batches (cpu)")
-    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+    swept = judge_over("uniform_length_faster",
+                       {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
                        learner=64, evidence="timed")
     results = {"01_padding": {"notebook": "01_padding", "smoke": False,
                               "hardware": {"device": "cpu", "device_name": "FakeCPU"},
@@ -172,7 +179,8 @@ def test_report_opens_with_the_claims_table():
                               "demonstrations": [show("padding_must_not_affect", ok=True,
                                                       numbers="at most 3e-07").as_dict()]}}
     page = summary_html(results, {})
-    assert page.index("Claims checked") < page.index("Demonstrations") < page.index("Hardware (this machine)")
+    assert (page.index("Claims checked") < page.index("Demonstrations")
+            < page.index("Hardware (this machine)"))
     claims = page[page.index("Claims checked"):page.index("<h2>Demonstrations")]
     assert claims.count("<tr>") == len(CLAIMS) + 1              # every claim, and the header
     row = claims[claims.index(CLAIMS["dynamic_padding_faster"].original):]
@@ -180,7 +188,8 @@ def test_report_opens_with_the_claims_table():
     assert "ran 3 batches" in row and "<b>fails</b>" in row and "cpu (FakeCPU)" in row
     row = claims[claims.index(CLAIMS["uniform_length_faster"].original):]
     row = row[:row.index("</tr>")]
-    assert "<b>holds from</b>" in row and "Holds from a pool of 4,096 reviews; your point at a pool of 64 reviews" in row
+    assert ("<b>holds from</b>" in row
+            and "Holds from a pool of 4,096 reviews; your point at a pool of 64 reviews" in row)
     assert claims.count("<b>not run</b>") == len(CLAIMS) - 2
     demos = page[page.index("<h2>Demonstrations"):page.index("Hardware (this machine)")]
     assert demos.count("<tr>") == len(DEMONSTRATIONS) + 1 and "at most 3e-07" in demos
@@ -196,7 +205,8 @@ def test_a_gpu_claim_skipped_on_a_cpu_is_not_judged_here_not_refuted():
              reason="FP16 ran at 0.07x FP32 on this CPU, which has no fast FP16 arithmetic")
     with pytest.raises(ValueError, match="claim"):
         rec.skip("x", needs="cuda", claim="no_such_claim", reason="")
-    page = summary_html({"04_mixed_precision": {**rec.payload(), "hardware": {"device": "cpu"}}}, {})
+    page = summary_html({"04_mixed_precision": {**rec.payload(), "hardware": {"device": "cpu"}}},
+                        {})
     claims = page[page.index("Claims checked"):page.index("<h2>Demonstrations")]
     row = claims[claims.index(CLAIMS["fp16_faster_training"].original):]
     row = row[:row.index("</tr>")]
@@ -215,13 +225,16 @@ def test_claims_table_shows_the_rule_and_the_value_with_its_interval():
                                              "verdicts": [v.as_dict()]}}, {})
     row = page[page.index(CLAIMS["quantization_raises_throughput"].original):]
     row = row[:row.index("</tr>")]
-    assert "≥ 1.2" in row and html.escape(CLAIMS["quantization_raises_throughput"].rule.quantity) in row
+    assert ("≥ 1.2" in row
+            and html.escape(CLAIMS["quantization_raises_throughput"].rule.quantity) in row)
     f = math.exp(t_quantile(0.975, 4) * 0.1 / 1.5)                   # t with 4 dof, not 2 SE
-    assert f"1.5 ({1.5 / f:.4g}–{1.5 * f:.4g})" in row                 # a ratio: its interval, on the log scale
+    # a ratio: its interval, on the log scale
+    assert f"1.5 ({1.5 / f:.4g}–{1.5 * f:.4g})" in row
     v = judge("pruning_keeps_accuracy", -0.5, se=0.2, dof=4, evidence="constructed")
     page = summary_html({"05_pruning": {"notebook": "05_pruning", "smoke": False, "hardware": {},
                                         "results": [], "verdicts": [v.as_dict()]}}, {})
-    assert f"-0.5 ± {t_quantile(0.975, 4) * 0.2:.4g}" in page          # a difference: value ± half-width
+    # a difference: value ± half-width
+    assert f"-0.5 ± {t_quantile(0.975, 4) * 0.2:.4g}" in page
 
 
 def test_values_are_formatted_with_their_units():

@@ -19,13 +19,16 @@ def test_score_matches_a_review_by_review_prediction_despite_bucketing():
     model = build_model(len(corpus.vocab), preset="student", seed=0).eval()
     test = corpus.test
     labels = torch.tensor([r.label for r in test.reviews])
-    bucketed = make_loader(test, batch_size=8, shuffle=False)      # sorts by length: not dataset order
+    bucketed = make_loader(test, batch_size=8, shuffle=False)      # sorts by length: not dataset
+                                                                   # order
     scored = score(model, bucketed, labels, device="cpu")
     by_hand = []
     with torch.no_grad():
         for i in range(len(test)):
-            item = next(iter(make_loader(type(test)([test.reviews[i]], corpus.vocab), batch_size=1, shuffle=False)))
-            by_hand.append(int(model(item["input_ids"], item["attention_mask"]).argmax(-1)) == test.reviews[i].label)
+            item = next(iter(make_loader(type(test)([test.reviews[i]], corpus.vocab), batch_size=1,
+                                         shuffle=False)))
+            by_hand.append(int(model(item["input_ids"], item["attention_mask"]).argmax(-1))
+                           == test.reviews[i].label)
     assert scored.correct == by_hand
     assert scored.accuracy == sum(by_hand) / len(by_hand)
 

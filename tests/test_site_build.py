@@ -19,14 +19,18 @@ def test_lesson_table_comes_from_the_readme():
 
 def test_for_the_site_keeps_figures_drops_live_widgets_and_the_colab_setup():
     nb = {"metadata": {"widgets": {"state": {}}}, "cells": [
-        {"cell_type": "markdown", "metadata": {"tags": [BADGE_TAG]}, "source": f"[![x]({site.COLAB_BADGE})](u)"},
+        {"cell_type": "markdown", "metadata": {"tags": [BADGE_TAG]},
+         "source": f"[![x]({site.COLAB_BADGE})](u)"},
         {"cell_type": "code", "metadata": {"tags": [SETUP_TAG]}, "outputs": [], "source": "pip"},
         {"cell_type": "code", "metadata": {}, "source": "explore(...)", "outputs": [
-            {"output_type": "display_data", "data": {WIDGET_VIEW: {"model_id": "m"}, "text/plain": "VBox"}},
-            {"output_type": "display_data", "data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}]}]}
+            {"output_type": "display_data",
+             "data": {WIDGET_VIEW: {"model_id": "m"}, "text/plain": "VBox"}},
+            {"output_type": "display_data",
+             "data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}]}]}
     out = site.for_the_site(json.loads(json.dumps(nb)))
     assert "widgets" not in out["metadata"]
-    assert "_static/colab-badge.svg" in out["cells"][0]["source"] and site.COLAB_BADGE not in out["cells"][0]["source"]
+    assert ("_static/colab-badge.svg" in out["cells"][0]["source"]
+            and site.COLAB_BADGE not in out["cells"][0]["source"])
     assert "remove-cell" in out["cells"][1]["metadata"]["tags"]
     outs = out["cells"][2]["outputs"]
     assert len(outs) == 1 and "image/png" in outs[0]["data"]        # the figure stays
@@ -46,21 +50,24 @@ def test_reference_cell_puts_every_run_beside_this_one():
 
 def test_claims_page_has_a_row_per_claim_and_a_column_per_run():
     results = {"04_x": {"hardware": {"device": "cpu"}, "verdicts": [
-        {"claim": next(iter(CLAIMS)), "outcome": "holds", "value": 1.0, "se": 0.1, "dof": 2, "evidence": "e"}]}}
+        {"claim": next(iter(CLAIMS)), "outcome": "holds", "value": 1.0, "se": 0.1, "dof": 2,
+         "evidence": "e"}]}}
     runs = {"R1": {"hardware": {}, "lessons": results}}
     page = site.claims_page(results, runs)
     assert page.count("<tr><td>") == len(CLAIMS) + len(DEMONSTRATIONS)   # demonstrations apart
     assert page.index("<h2>Demonstrations") > page.index(CLAIMS[next(reversed(CLAIMS))].original)
     assert f"| `{next(iter(CLAIMS))}` | Holds: " in page
-    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+    swept = judge_over("uniform_length_faster",
+                       {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
                        learner=64, evidence="e")
     runs = {"R1": {"hardware": {}, "lessons": {"00_x": {"verdicts": [swept.as_dict()]}}}}
-    assert "| `uniform_length_faster` | Holds from a pool of 4,096 reviews; your point at a pool of 64 reviews" in \
-        site.claims_page(results, runs)
+    assert ("| `uniform_length_faster` | Holds from a pool of 4,096 reviews; "
+            "your point at a pool of 64 reviews" in site.claims_page(results, runs))
 
 
 def test_claims_page_draws_a_map_per_swept_claim_with_reference_runs_faint(tmp_path):
-    swept = judge_over("uniform_length_faster", {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
+    swept = judge_over("uniform_length_faster",
+                       {64: Ratio(0.9, 0.01, 9), 4096: Ratio(3.0, 0.01, 9)},
                        learner=64, evidence="e")
     results = {"02_x": {"verdicts": [swept.as_dict()]}}
     runs = {"R1": {"hardware": {}, "lessons": results},

@@ -1,4 +1,5 @@
-"""Sparse attention over length: the sweep's bookkeeping, the slope fit, the online-softmax trace."""
+"""Sparse attention over length: the sweep's bookkeeping, the slope fit, the online-softmax
+trace."""
 
 import pytest
 import torch
@@ -12,12 +13,14 @@ def _fake(times):
     """A sweep result with the given median times (ms) per kernel and length."""
     rows = {}
     for L, per in times.items():
-        rows[L] = {k: {"timing": Timing([t / 1e3 * f for f in (0.98, 1.0, 1.02)])} for k, t in per.items()}
+        rows[L] = {k: {"timing": Timing([t / 1e3 * f for f in (0.98, 1.0, 1.02)])}
+                   for k, t in per.items()}
     return {"lengths": list(times), "window": 64, "block_size": 128, "rows": rows}
 
 
 def test_slope_recovers_the_exponent_and_ratios_pair_the_repeats():
-    res = _fake({L: {"sdpa": 1e-4 * L ** 2, "flex, block mask": 0.05 * L} for L in (512, 1024, 2048, 4096)})
+    res = _fake({L: {"sdpa": 1e-4 * L ** 2, "flex, block mask": 0.05 * L}
+                 for L in (512, 1024, 2048, 4096)})
     assert SP.slope(res, "sdpa") == pytest.approx(2.0, abs=1e-6)
     assert SP.slope(res, "flex, block mask") == pytest.approx(1.0, abs=1e-6)
     r = SP.ratio_to_dense(res, "flex, block mask")

@@ -27,7 +27,8 @@ def test_one_step_matches_plain_torch():
     ref = copy.deepcopy(net)
     opt = torch.optim.AdamW(net.parameters(), lr=0.1)
     ropt = torch.optim.AdamW(ref.parameters(), lr=0.1)
-    loss, skipped = train_step(net, batch, opt, device="cpu", dtype=None, loss_fn=_loss, grad_clip=0.5)
+    loss, skipped = train_step(net, batch, opt, device="cpu", dtype=None, loss_fn=_loss,
+                               grad_clip=0.5)
     rloss = _loss(ref, batch)
     rloss.backward()
     nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
@@ -50,10 +51,12 @@ def test_micro_batches_accumulate_to_the_full_batch_step():
         def __exit__(self, *a):
             return False
 
-    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)
+    def sgd(m):
+        return torch.optim.SGD(m.parameters(), lr=0.1)
     l2, _ = train_step(net, halves, sgd(net), device="cpu", dtype=None, loss_fn=_loss,
                        grad_clip=None, no_sync=Spy)
-    l1, _ = train_step(full, batch, sgd(full), device="cpu", dtype=None, loss_fn=_loss, grad_clip=None)
+    l1, _ = train_step(full, batch, sgd(full), device="cpu", dtype=None, loss_fn=_loss,
+                       grad_clip=None)
     assert calls == [1]                       # no_sync around the first micro-batch only
     assert l2 == pytest.approx(l1, rel=1e-5)  # the mean loss of equal halves is the full mean
     for p, q in zip(net.parameters(), full.parameters()):
@@ -103,6 +106,7 @@ def test_train_and_amp_train_do_not_reseed_the_callers_generator():
     torch.manual_seed(5)
     state = torch.get_rng_state()
     model = build_model(len(corpus.vocab), preset="student", seed=0, dropout=0.1)
-    train(model, make_loader(corpus.train, batch_size=8, seed=0), cfg=TrainConfig(epochs=1), progress=False)
+    train(model, make_loader(corpus.train, batch_size=8, seed=0), cfg=TrainConfig(epochs=1),
+          progress=False)
     amp_train(model, make_loader(corpus.train, batch_size=8, seed=0), steps=2)
     assert torch.equal(torch.get_rng_state(), state)

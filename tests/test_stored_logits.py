@@ -20,7 +20,8 @@ def test_matching_file_is_used_and_a_stale_one_is_recomputed(tmp_path):
     right = teacher_logits(teacher, data)
     stored.save_teacher_logits(right, tmp_path)
     got, info = stored.teacher_logits_stored(teacher, data, directory=tmp_path, check_rows=8)
-    assert info["source"] == "stored" and info["checked_rows"] == 8 and info["max_difference"] < 1e-4
+    assert (info["source"] == "stored" and info["checked_rows"] == 8
+            and info["max_difference"] < 1e-4)
     assert torch.equal(got, right)
 
     stale = right.clone()

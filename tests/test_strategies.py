@@ -47,7 +47,8 @@ def test_loaders_keep_labels_with_their_reviews_and_the_passes_run(corpus):
         assert sorted(index.tolist()) == idx, name
         assert labels.tolist() == [corpus.train[int(i)]["label"] for i in index], name
         plan = [[idx.index(int(i)) for i in b["index"]] for b in batches]
-        assert S.collated_efficiency(batches) == pytest.approx(S.efficiency(name, lengths, plan, cfg)), name
+        assert S.collated_efficiency(batches) == pytest.approx(
+            S.efficiency(name, lengths, plan, cfg)), name
         if name == "fixed 512":
             assert all(b["input_ids"].shape[1] == 512 for b in batches)
         out = torch.cat([S.forward(model, name, b) for b in batches])

@@ -24,7 +24,8 @@ def test_from_evidence_pairs_each_arm_by_seed_against_a_hand_computation():
     red = transfer.from_evidence(_evidence())
     assert red["sizes"] == [0, 2000, 12000] and red["teacher"] == 0.99
     assert red["soft_vs_hard"][0].value == pytest.approx(0.4)        # (0.5 + 0.3) / 2, vs scratch
-    assert red["soft_vs_hard"][2000].value == pytest.approx(0.5) and red["soft_vs_hard"][2000].se == 0
+    assert (red["soft_vs_hard"][2000].value == pytest.approx(0.5)
+            and red["soft_vs_hard"][2000].se == 0)
     assert red["soft_vs_hard"][12000].value == pytest.approx(-1.05)  # (-1.0 - 1.1) / 2
     assert red["soft_vs_hard"][12000].se == pytest.approx(0.05)      # sd 0.0707 / sqrt 2
     assert red["hard_vs_scratch"][12000].value == pytest.approx(3.75)

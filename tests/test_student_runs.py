@@ -41,12 +41,14 @@ def test_students_have_their_shapes_and_the_teacher_initialised_one_its_layers(s
     h = build_student("half", vocab_size=v, teacher=teacher, seed=0)
     assert (h.cfg.n_layers, h.cfg.d_model, h.cfg.d_ff) == (2, 32, 64)
     t = build_student("half_from_teacher", vocab_size=v, teacher=teacher, seed=0)
-    assert teacher_layers(4) == [0, 2] and teacher_layers(2) == [0] and teacher_layers(5) == [0, 2, 4]
+    assert (teacher_layers(4) == [0, 2] and teacher_layers(2) == [0]
+            and teacher_layers(5) == [0, 2, 4])
     for new, old in enumerate(teacher_layers(teacher.cfg.n_layers)):
         for (_, a), (_, b) in zip(t.blocks[new].state_dict().items(),
                                   teacher.blocks[old].state_dict().items()):
             assert torch.equal(a, b)
-    assert torch.equal(t.tok.weight, teacher.tok.weight) and torch.equal(t.head.weight, teacher.head.weight)
+    assert (torch.equal(t.tok.weight, teacher.tok.weight)
+            and torch.equal(t.head.weight, teacher.head.weight))
     assert not torch.equal(h.blocks[0].ff.fc1.weight, teacher.blocks[0].ff.fc1.weight)
     with pytest.raises(ValueError, match="student"):
         build_student("tiny", vocab_size=v, teacher=teacher, seed=0)
@@ -59,8 +61,8 @@ def test_every_arm_trains_every_student_and_is_deterministic_per_seed(small):
     recipe = StudentRecipe(steps=2, batch_size=8)
     for student in STUDENTS:
         for arm in ARMS:
-            kw = dict(student=student, corpus=corpus, distill_set=data, cached_logits=cached, seed=1,
-                      recipe=recipe, teacher=teacher)
+            kw = dict(student=student, corpus=corpus, distill_set=data, cached_logits=cached,
+                      seed=1, recipe=recipe, teacher=teacher)
             a, b = train_student(arm, **kw), train_student(arm, **kw)
             assert torch.equal(params(a), params(b)), (student, arm)
             assert torch.isfinite(params(a)).all(), (student, arm)
@@ -71,7 +73,8 @@ def test_hidden_arm_differs_from_kl_only_through_the_hidden_term(small):
     corpus, data, cached, teacher = small
     kw = dict(student="half", corpus=corpus, distill_set=data, cached_logits=cached, seed=2,
               teacher=teacher)
-    off = train_student("hidden", recipe=StudentRecipe(steps=3, batch_size=8, hidden_weight=0.0), **kw)
+    off = train_student("hidden", recipe=StudentRecipe(steps=3, batch_size=8, hidden_weight=0.0),
+                        **kw)
     kl = train_student("distilled", recipe=StudentRecipe(steps=3, batch_size=8), **kw)
     on = train_student("hidden", recipe=StudentRecipe(steps=3, batch_size=8), **kw)
     assert torch.allclose(params(off), params(kl), atol=1e-6)   # weight 0: the KL arm exactly
@@ -107,26 +110,32 @@ def test_transfer_cells_use_the_first_n_transfer_reviews_and_name_bad_arguments(
     corpus, data, cached, teacher = small
     recipe = StudentRecipe(steps=2, batch_size=8)
     n = 5
-    got = transfer.train_cell(corpus, cached, student="small", arm="hard", n=n, seed=0, recipe=recipe)
+    got = transfer.train_cell(corpus, cached, student="small", arm="hard", n=n, seed=0,
+                              recipe=recipe)
     from course_lib.core.data import ReviewDataset
     want = train_student("hard_labels", student="small", corpus=corpus, seed=0, recipe=recipe,
-                         distill_set=DistillSet(corpus.train, ReviewDataset(corpus.transfer.reviews[:n], corpus.vocab)),
+                         distill_set=DistillSet(corpus.train,
+                                                ReviewDataset(corpus.transfer.reviews[:n],
+                                                              corpus.vocab)),
                          cached_logits=cached[:len(corpus.train) + n])
     assert torch.equal(params(got), params(want))
-    zero = transfer.train_cell(corpus, cached, student="small", arm="soft", n=0, seed=0, recipe=recipe)
-    only = train_student("distilled_labelled_only", student="small", corpus=corpus, distill_set=data,
-                         cached_logits=cached, seed=0, recipe=recipe)
+    zero = transfer.train_cell(corpus, cached, student="small", arm="soft", n=0, seed=0,
+                               recipe=recipe)
+    only = train_student("distilled_labelled_only", student="small", corpus=corpus,
+                         distill_set=data, cached_logits=cached, seed=0, recipe=recipe)
     assert torch.equal(params(zero), params(only))
     with pytest.raises(ValueError, match="arm must be one of"):
         transfer.train_cell(corpus, cached, student="small", arm="kl", n=0, seed=0, recipe=recipe)
     with pytest.raises(ValueError, match=r"n must be in \[0, 16\]"):
-        transfer.train_cell(corpus, cached, student="small", arm="soft", n=17, seed=0, recipe=recipe)
+        transfer.train_cell(corpus, cached, student="small", arm="soft", n=17, seed=0,
+                            recipe=recipe)
 
 
 def test_transfer_run_trains_every_cell_once_per_seed(small):
     from course_lib.distill import transfer
     corpus, _, cached, teacher = small
-    body = transfer.run(corpus, teacher, cached, seeds=(0,), sizes=(0, 4), steps=1, log=lambda _: None)
+    body = transfer.run(corpus, teacher, cached, seeds=(0,), sizes=(0, 4), steps=1,
+                        log=lambda _: None)
     assert [(r["student"], r["arm"], r["transfer"]) for r in body["runs"]] == [
         ("small", "scratch", 0), ("small", "soft", 0), ("small", "hard", 4), ("small", "soft", 4),
         ("half_from_teacher", "scratch", 0), ("half_from_teacher", "soft", len(corpus.transfer))]

@@ -12,11 +12,13 @@ from course_lib.real_model import task as T
 
 
 def test_topics_come_from_their_modules_and_split_by_docstring(tmp_path):
-    (tmp_path / "mailbox.py").write_text('"""Read a mailbox of messages. Each message has a sender."""\n'
-                                         'def f():\n    """Return the next message in the box."""\n')
+    (tmp_path / "mailbox.py").write_text(
+        '"""Read a mailbox of messages. Each message has a sender."""\n'
+        'def f():\n    """Return the next message in the box."""\n')
     pkg = tmp_path / "asyncio"
     (pkg / "tests").mkdir(parents=True)
-    (pkg / "events.py").write_text('"""Run the event loop until it stops. Shared text here. Wait for a future."""\n')
+    (pkg / "events.py").write_text(
+        '"""Run the event loop until it stops. Shared text here. Wait for a future."""\n')
     (pkg / "tests" / "test_x.py").write_text('"""A test module that must not be read."""\n')
     (tmp_path / "shared.py").write_text('"""Shared text here."""\n')
     got = T.stdlib_topics(topics={"mail": ("mailbox", "shared"), "async": ("asyncio", "gone")},
@@ -69,7 +71,8 @@ def test_scores_are_the_cross_validated_paired_difference_by_hand():
     y = torch.arange(2).repeat(50)
     ref = torch.nn.functional.one_hot(y, 4).float() * 3 + 0.1 * torch.randn(100, 4, generator=g)
     worse = ref.clone()
-    flip = [0, 1, 2, 3, 4, 60, 61, 62, 63, 64]     # ten rows, five per fold, moved to the other class
+    flip = [0, 1, 2, 3, 4, 60, 61, 62, 63, 64]     # ten rows, five per fold, moved to the other
+                                                   # class
     worse[flip] = torch.nn.functional.one_hot(1 - y[flip], 4).float() * 3
     folds = [list(range(50)), list(range(50, 100))]
     s = T.task_scores({"FP32": ref, "worse": worse}, y, folds=folds, reference="FP32", n_classes=2)
@@ -94,14 +97,17 @@ def test_dynamic_int8_computes_the_arithmetic_written_out(per_channel):
     lin = nn.Linear(64, 32)
     x = torch.randn(16, 64)
     w, b = lin.weight.detach(), lin.bias.detach()
-    err = lambda y, **kw: float((y - emulate_dynamic_linear(x, w, b, per_channel=per_channel, **kw)).abs().max())  # noqa: E731
+    err = lambda y, **kw: float(  # noqa: E731
+        (y - emulate_dynamic_linear(x, w, b, per_channel=per_channel, **kw)).abs().max())
     with torch.no_grad():
         y7 = quantize_dynamic_int8(nn.Sequential(lin), per_channel=per_channel)(x)
-        y8 = quantize_dynamic_int8(nn.Sequential(lin), per_channel=per_channel, activation_bits=8)(x)
+        y8 = quantize_dynamic_int8(nn.Sequential(lin), per_channel=per_channel,
+                                   activation_bits=8)(x)
         fp32_gap = float((y7 - lin(x)).abs().max())
     assert err(y7, activation_bits=7) < 0.2 * fp32_gap        # PyTorch's default: 7-bit activations
     # the 8th bit: exact int32 sums (VNNI) or pairs saturating in int16 (AVX2): one must match
-    assert min(err(y8, activation_bits=8), err(y8, activation_bits=8, saturate_pairs=True)) < 0.2 * fp32_gap
+    assert min(err(y8, activation_bits=8),
+               err(y8, activation_bits=8, saturate_pairs=True)) < 0.2 * fp32_gap
     assert err(y8, activation_bits=7) > 0.2 * fp32_gap          # and it is not the 7-bit result
     with pytest.raises(ValueError, match="activation_bits"):
         quantize_dynamic_int8(nn.Sequential(lin), activation_bits=4)
@@ -132,12 +138,14 @@ def test_cluster_standard_error_and_pooling_by_hand():
     assert T.mean_se(v, torch.tensor([0, 0, 1, 1, 2, 2])) == pytest.approx((8 * 1.5) ** 0.5 / 6)
     with pytest.raises(ValueError, match="2 clusters"):
         T.mean_se(v, torch.zeros(6))
-    assert T.mean_se(torch.tensor([2.0])) == float("inf")   # one value: noise unknown, as mean_and_se
+    assert T.mean_se(torch.tensor([2.0])) == float("inf")   # one value: noise unknown, as
+                                                            # mean_and_se
     runs = [{"scores": {"x": {"diff_points": d, "diff_se": 0.3, "ratio": 0.98, "accuracy": 0.7}}}
             for d in (-1.0, -2.0, -1.5)]
     p = T.pool_runs(runs, "x")
     assert p["diff_points"] == pytest.approx(-1.5)
-    assert p["diff_se"] == pytest.approx((0.09 + 0.25 / 3) ** 0.5)     # test noise kept, heads' spread added
+    # test noise kept, heads' spread added
+    assert p["diff_se"] == pytest.approx((0.09 + 0.25 / 3) ** 0.5)
     assert p["between_sd"] == pytest.approx(0.5) and p["runs"] == 3
 
 

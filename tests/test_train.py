@@ -41,7 +41,8 @@ def test_callback_autocast_and_regression(corpus):
     val = make_loader(corpus.val, batch_size=32, shuffle=False)
     m = evaluate(reg, val, task="regression")
     with torch.no_grad():   # by hand: every review once, its rating beside its prediction
-        err = torch.cat([reg.eval()(b["input_ids"], b["attention_mask"]) - b["ratings"] for b in val])
+        err = torch.cat([reg.eval()(b["input_ids"], b["attention_mask"]) - b["ratings"]
+                         for b in val])
     assert len(err) == len(corpus.val)
     assert m["mse"] == pytest.approx(float((err ** 2).mean()), rel=1e-5)
     assert m["mae"] == pytest.approx(float(err.abs().mean()), rel=1e-5)
@@ -111,7 +112,8 @@ def test_predict_enters_the_context_around_every_forward_pass():
     assert torch.equal(i1, i2)
     assert not torch.equal(plain, under) and torch.allclose(plain, under, atol=0.05)  # bf16 ran
     assert evaluate(model, loader, context=ctx)["accuracy"] == pytest.approx(
-        float((under.argmax(-1) == torch.tensor([corpus.test[int(i)]["label"] for i in i2])).float().mean()))
+        float((under.argmax(-1)
+               == torch.tensor([corpus.test[int(i)]["label"] for i in i2])).float().mean()))
 
 
 def test_correct_is_per_item_in_dataset_order_and_can_drop_the_mask():

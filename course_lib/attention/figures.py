@@ -12,19 +12,20 @@ __all__ = ["kept_tiles", "masks_figure", "online_softmax_trace", "tiling_figure"
 
 def online_softmax_trace(scores: torch.Tensor, block: int) -> list[dict]:
     """For one row of scores read ``block`` at a time: after each block, the running maximum
-    ``m``, the running sum ``l`` of ``exp(s - m)`` and the running log-sum-exp ``m + log l``,
-    and the factor ``exp(m_old - m_new)`` that rescaled what was summed before."""
+    ``m``, the running sum ``l`` (``row_sum``) of ``exp(s - m)`` and the running log-sum-exp
+    ``m + log l``, and the factor ``exp(m_old - m_new)`` that rescaled what was summed before."""
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(f"scores must be one non-empty row (1-D), got shape {tuple(scores.shape)}")
     if not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
-    m, l, rows = -math.inf, 0.0, []
+    m, row_sum, rows = -math.inf, 0.0, []
     for j, chunk in enumerate(scores.double().split(block)):
         m_new = max(m, float(chunk.max()))
         rescale = math.exp(m - m_new) if m > -math.inf else 0.0
-        l = l * rescale + float(torch.exp(chunk - m_new).sum())
+        row_sum = row_sum * rescale + float(torch.exp(chunk - m_new).sum())
         m = m_new
-        rows.append({"block": j, "max": m, "sum": l, "lse": m + math.log(l), "rescale": rescale})
+        rows.append({"block": j, "max": m, "sum": row_sum, "lse": m + math.log(row_sum),
+                     "rescale": rescale})
     return rows
 
 

@@ -10,9 +10,9 @@ saved for the backward pass.
 
 Forward, for each block of ``block_q`` query rows, over blocks of ``block_k`` keys:
 
-* ``S = Q_i K_j^T * scale`` (one tile); the running row maximum ``m`` and sum ``l`` of
-  ``exp(S - m)`` are updated, and what was summed so far is rescaled by ``exp(m_old - m_new)``
-  (the *online softmax*, Milakov & Gimelshein 2018);
+* ``S = Q_i K_j^T * scale`` (one tile); the running row maximum ``m`` and sum ``l``
+  (``row_sum`` in the code) of ``exp(S - m)`` are updated, and what was summed so far is
+  rescaled by ``exp(m_old - m_new)`` (the *online softmax*, Milakov & Gimelshein 2018);
 * at the end ``O_i = acc / l`` and ``L_i = m + log l``: the log-sum-exp of each row, one number
   per query.
 
@@ -55,7 +55,8 @@ def _causal_keep(qs: int, qe: int, ks: int, ke: int, device: torch.device) -> to
     """Which pairs of the tile (queries qs:qe, keys ks:ke) a causal mask keeps; None = all."""
     if ke - 1 <= qs:                                          # the whole tile is on or below
         return None
-    return torch.arange(ks, ke, device=device)[None, :] <= torch.arange(qs, qe, device=device)[:, None]
+    return (torch.arange(ks, ke, device=device)[None, :]
+            <= torch.arange(qs, qe, device=device)[:, None])
 
 
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False,
@@ -72,7 +73,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causa
         qe = min(qs + block_q, n_q)
         qi = q[..., qs:qe, :].to(acc_t)
         m = torch.full((*qi.shape[:-1], 1), float("-inf"), dtype=acc_t, device=q.device)  # max
-        l = torch.zeros_like(m)                                                # running sum
+        row_sum = torch.zeros_like(m)                                          # running sum
         acc = qi.new_zeros(*qi.shape[:-1], v.shape[-1])                       # running P V
         for ks in range(0, n_k if not is_causal else qe, block_k):
             ke = min(ks + block_k, n_k)
@@ -83,11 +84,11 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causa
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             p = torch.exp(s - m_new)                         # row 0..i always sees key 0: m finite
             rescale = torch.exp(m - m_new)                   # what was summed under the old max
-            l = l * rescale + p.sum(dim=-1, keepdim=True)
+            row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
             acc = acc * rescale + p @ v[..., ks:ke, :].to(acc_t)
             m = m_new
-        out[..., qs:qe, :] = (acc / l).to(q.dtype)
-        lse[..., qs:qe] = (m + torch.log(l)).squeeze(-1)
+        out[..., qs:qe, :] = (acc / row_sum).to(q.dtype)
+        lse[..., qs:qe] = (m + torch.log(row_sum)).squeeze(-1)
     return out, lse
 
 

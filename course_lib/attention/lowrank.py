@@ -71,7 +71,8 @@ def time_over_length(lengths, *, rank: int, batch: int, heads: int, head_dim: in
         q, k, v = (torch.randn(batch, heads, L, head_dim, generator=g).to(device) for _ in range(3))
         p = pooling(L, rank).to(device)
         res = bench.compare({"dense SDPA": bench.forward_call(lambda: sdpa_attention(q, k, v)),
-                             "low rank": bench.forward_call(lambda: lowrank_attention(q, k, v, p, p))},
+                             "low rank": bench.forward_call(
+                                 lambda: lowrank_attention(q, k, v, p, p))},
                             warmup=1, repeats=repeats, device=device, rotate=True)
         out[L] = speedup(res["low rank"]["timing"].samples, res["dense SDPA"]["timing"].samples)
     return out
@@ -204,8 +205,8 @@ def tradeoff_figure(time_ratio: dict, accuracy_change: dict, *, learner: int, le
     ax.errorbar(fs, [time_ratio[f].value for f in fs],
                 yerr=list(zip(*(time_ratio[f].errors for f in fs))), fmt="o-", capsize=3)
     ax.axhline(threshold, ls="--", color="k", lw=1)
-    ax.annotate(f"the claim's bar, ≤ {threshold:g} (judged over length)", (fs[0], threshold), textcoords="offset points",
-                xytext=(2, 4), fontsize=8)
+    ax.annotate(f"the claim's bar, ≤ {threshold:g} (judged over length)", (fs[0], threshold),
+                textcoords="offset points", xytext=(2, 4), fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("pooling factor (rank = L / factor)")

@@ -4,10 +4,10 @@ The score matrix of one attention call holds ``B * H * Lq * Lk`` numbers: it gro
 square of the sequence length, which is why long sequences run out of memory
 (FlashAttention, Dao et al. 2022, section 1). ``predict_memory`` counts the tensors each
 implementation in ``course_lib.attention.sdpa`` keeps alive at its peak; ``attention_case`` is the
-work that ``course_lib.measure.bench.peak_rss`` runs in a fresh process to measure it on the CPU (and
-that ``cuda_peak`` measures on a GPU); ``sweep`` times the implementations side by side
-(``course_lib.measure.bench.compare``) on the device and dtype it is given: FP32 on a CPU, fp16/bf16 on a
-GPU, where SDPA can pick FlashAttention's kernel.
+work that ``course_lib.measure.bench.peak_rss`` runs in a fresh process to measure it on the CPU
+(and that ``cuda_peak`` measures on a GPU); ``sweep`` times the implementations side by side
+(``course_lib.measure.bench.compare``) on the device and dtype it is given: FP32 on a CPU, fp16/bf16
+on a GPU, where SDPA can pick FlashAttention's kernel.
 """
 from __future__ import annotations
 
@@ -197,7 +197,8 @@ def cuda_peak(case: dict) -> int:
     call itself is measured."""
     device = torch.device(case.get("device", "cpu"))
     if device.type != "cuda":
-        raise ValueError(f"cuda_peak measures GPU memory: case['device'] must be CUDA, got {device}")
+        raise ValueError("cuda_peak measures GPU memory: case['device'] must be CUDA, "
+                         f"got {device}")
     run = attention_case(**case, prepare=True)
     return bench.cuda_peak_memory(run, device)
 

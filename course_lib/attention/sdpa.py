@@ -25,7 +25,8 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = ["naive_attention", "sdpa_attention", "tiled_attention", "sdpa_backend",
            "sdpa_backend_table", "causal_mask", "sliding_window_mask", "block_sparse_mask",
-           "mask_density", "window_tile_fraction", "flex_window_attention", "to_mha_mask", "ATTENTION_FUNCTIONS"]
+           "mask_density", "window_tile_fraction", "flex_window_attention", "to_mha_mask",
+           "ATTENTION_FUNCTIONS"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -39,15 +40,16 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise ValueError(f"q, k, v must share batch and heads, got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same head_dim, got {q.shape[-1]} and {k.shape[-1]}")
+        raise ValueError(f"q and k must have the same head_dim, got {q.shape[-1]} and "
+                         f"{k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length, got {k.shape[-2]} and {v.shape[-2]}")
     if mask is not None:
         if mask.dtype != torch.bool:
             raise ValueError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
         if mask.dim() < 2 or tuple(mask.shape[-2:]) != (q.shape[-2], k.shape[-2]):
-            raise ValueError(f"mask must end in (q length, k length) = {(q.shape[-2], k.shape[-2])}, "
-                             f"got shape {tuple(mask.shape)}")
+            raise ValueError("mask must end in (q length, k length) = "
+                             f"{(q.shape[-2], k.shape[-2])}, got shape {tuple(mask.shape)}")
     if is_causal and q.shape[-2] != k.shape[-2]:
         raise ValueError("is_causal needs q and k of the same length")
 
@@ -184,7 +186,8 @@ def sdpa_backend_table(device: torch.device | str, *, length: int = 256, head_di
     for dt in dtypes:
         x = torch.zeros(1, 2, length, head_dim, device=device, dtype=dt)
         m = sliding_window_mask(length, window=8, device=device)
-        for case, kw in (("no mask", {}), ("causal", {"is_causal": True}), ("bool mask", {"mask": m})):
+        for case, kw in (("no mask", {}), ("causal", {"is_causal": True}),
+                         ("bool mask", {"mask": m})):
             rows.append((str(dt).replace("torch.", ""), case, sdpa_backend(x, x, x, **kw)))
     return rows
 
@@ -224,7 +227,8 @@ def block_sparse_mask(length: int, *, block_size: int, neighbors: int = 1, globa
     if not isinstance(neighbors, int) or neighbors < 0:
         raise ValueError(f"neighbors must be an integer >= 0, got {neighbors!r}")
     if not isinstance(global_tokens, int) or not 0 <= global_tokens <= length:
-        raise ValueError(f"global_tokens must be an integer in [0, length={length}], got {global_tokens!r}")
+        raise ValueError(f"global_tokens must be an integer in [0, length={length}], "
+                         f"got {global_tokens!r}")
     b = torch.arange(length, device=device) // block_size
     keep = (b[:, None] - b[None, :]).abs() <= neighbors
     keep[:global_tokens, :] = True
@@ -268,7 +272,8 @@ def flex_plan(device: torch.device | str, *, compiler: tuple[bool, str] | None =
     ok, why = compiler if compiler is not None else compile_support(device)
     if ok:
         return None
-    return ("compiler" if torch.device(device).type == "cpu" else "cuda"), f"FlexAttention is compiled: {why}"
+    return (("compiler" if torch.device(device).type == "cpu" else "cuda"),
+            f"FlexAttention is compiled: {why}")
 
 
 def flex_window_attention(length: int, *, window: int, block_size: int,

@@ -81,7 +81,8 @@ def sparse_sweep(lengths: list[int], *, window: int, block_size: int = 128, batc
     if len(lengths) < 2 or any(not isinstance(L, int) or L < 1 for L in lengths):
         raise ValueError(f"lengths must hold at least two integers >= 1, got {lengths!r}")
     if not isinstance(repeats, int) or repeats < 2:
-        raise ValueError(f"repeats must be an integer >= 2 (an interval needs two), got {repeats!r}")
+        raise ValueError("repeats must be an integer >= 2 (an interval needs two), "
+                         f"got {repeats!r}")
     from course_lib.core.progress import tqdm
 
     device = torch.device(device)

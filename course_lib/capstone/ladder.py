@@ -1,12 +1,12 @@
 """The optimization ladder (lesson 14): which techniques a configuration ("rung") switches on.
 
 Each technique is its lesson's: ``bucketing`` (``batching.make_loader``, 02), ``amp`` (autocast
-in ``core.precision.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers from the
-teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` + ``pruning.fine_tune``, 05), ``int8``
-(``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa`` (SDPA's fused kernel instead of its
-math backend, 10). The baseline: the teacher, padded to ``fixed_length``, FP32, math attention
-(the course model's ``F.scaled_dot_product_attention`` call restricted to SDPA's math backend,
-which computes and stores the full score matrix).
+in ``core.precision.choose_precision``'s dtype, 04), ``distill`` (lesson 06's best student: 2 layers
+from the teacher's, distilled, ``model_zoo``), ``prune`` (``structured.prune_ffn_neurons`` +
+``pruning.fine_tune``, 05), ``int8`` (``quant.quantize_dynamic_int8``, CPU kernels, 07), ``sdpa``
+(SDPA's fused kernel instead of its math backend, 10). The baseline: the teacher, padded to
+``fixed_length``, FP32, math attention (the course model's ``F.scaled_dot_product_attention`` call
+restricted to SDPA's math backend, which computes and stores the full score matrix).
 
 The ladder in four modules, one job each: this one (rungs: ``ladder`` adds one technique per
 rung in ``ORDER``, ``combinations`` gives every subset, both without the techniques that are a
@@ -33,14 +33,15 @@ RUNG_NAMES = {"bucketing": "bucketing", "amp": "mixed_precision", "distill": "di
 METRICS = {"test_accuracy": "fraction", "test_set_s": "s", "latency_b1_ms": "ms",
            "latency_b32_ms": "ms", "train_epoch_s": "s", "size_bytes": "bytes", "peak_mib": "MiB"}
 # The accuracy (points) each technique may cost: the table lessons 04-07 judge their claims
-# with (``measure.claims.ACCURACY_TOLERANCE_POINTS``). Bucketing and SDPA have no bound here: they change
-# float rounding only (lessons 01, 02 and 10 measure it), so the ladder scores each model and
+# with (``measure.claims.ACCURACY_TOLERANCE_POINTS``). Bucketing and SDPA have no bound here: they
+# change float rounding only (lessons 01, 02 and 10 measure it), so the ladder scores each model and
 # precision once, with dynamic padding and the fused kernel, and a rung that only adds them has
 # the rung below's accuracy by construction: a check could not fail.
 BOUNDS = dict(ACCURACY_TOLERANCE_POINTS)
 ACCURACY_NEUTRAL = ("bucketing", "sdpa")
 # The techniques that change how the teacher itself trains (the others change the model, or come
-# after training): the training stack of the "speed-ups multiply" check, the guide's training column.
+# after training): the training stack of the "speed-ups multiply" check, the guide's training
+# column.
 TRAINS_THE_TEACHER = ("bucketing", "amp", "sdpa")
 
 
@@ -100,17 +101,19 @@ def combinations(*, unavailable: Sequence[str] = ()) -> list[Rung]:
 
 def unavailable_here(device: torch.device | str) -> dict[str, str]:
     """Techniques that would be a no-op on ``device``, with the reason: mixed precision where
-    ``core.precision.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring identical
-    code twice would only measure noise."""
+    ``core.precision.choose_precision`` keeps FP32 (a CPU without bf16 instructions). Measuring
+    identical code twice would only measure noise."""
     from course_lib.core.precision import choose_precision
 
     prec = choose_precision(torch.device(device))
-    return {} if prec.dtype is not None else {"amp": f"mixed precision is FP32 here ({prec.reason})"}
+    return ({} if prec.dtype is not None
+            else {"amp": f"mixed precision is FP32 here ({prec.reason})"})
 
 
 def _check_unavailable(unavailable: Sequence[str]) -> None:
     if any(t not in TECHNIQUES for t in unavailable):
-        raise ValueError(f"unavailable must list techniques from {TECHNIQUES}, got {tuple(unavailable)}")
+        raise ValueError(f"unavailable must list techniques from {TECHNIQUES}, "
+                         f"got {tuple(unavailable)}")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import statistics
 from collections.abc import Sequence
 
 from course_lib.ui.plots import new_figure
-from course_lib.capstone.ladder import ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES, TRAINS_THE_TEACHER
+from course_lib.capstone.ladder import (ACCURACY_NEUTRAL, BOUNDS, METRICS, TECHNIQUES,
+                                        TRAINS_THE_TEACHER)
 from course_lib.capstone.ladder_speedups import (PAIRED, UNPAIRED, fmt, multiply_call, product,
                                                  rung_speedup)
 from course_lib.measure.verdicts import Estimate, geometric_mean, quotient
@@ -105,13 +106,14 @@ def _speedup_estimate(before: dict, after: dict, metric: str) -> Estimate | None
     # the course's speed-up with its error where both sides carry more than one sample (a
     # latency: timed in the same rounds; an epoch: its timed steps)
     a, b = (p.get("samples", {}).get(metric) or [] for p in (before, after))
-    if metric not in PAIRED + UNPAIRED or len(a) < 2 or len(b) < 2 or (metric in PAIRED and len(a) != len(b)):
+    if (metric not in PAIRED + UNPAIRED or len(a) < 2 or len(b) < 2
+            or (metric in PAIRED and len(a) != len(b))):
         return None
     return rung_speedup(before, after, metric)
 
 
-def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence[tuple[str, str, dict]]
-                         ) -> list[dict]:
+def stack_versus_product(points: dict[tuple, dict], base: dict,
+                         stacks: Sequence[tuple[str, str, dict]]) -> list[dict]:
     """For each ``(label, metric, row)``: the speed-up ``row`` measured against ``base``, the
     product of the speed-ups its techniques give alone (what "speed-ups multiply" predicts),
     their ratio, each with its error (``..._estimate``), and the call on the ratio
@@ -128,7 +130,8 @@ def stack_versus_product(points: dict[tuple, dict], base: dict, stacks: Sequence
     return out
 
 
-def paired_stack_ratio(base: dict, row: dict, alone: Sequence[dict], metric: str) -> Estimate | None:
+def paired_stack_ratio(base: dict, row: dict, alone: Sequence[dict], metric: str
+                       ) -> Estimate | None:
     """measured / predicted round by round, where every point was timed in the same
     interleaved rounds (``ladder_speedups.PAIRED`` metrics with as many samples each): in round
     j, ``(base_j / row_j) / prod(base_j / alone_j)``, then the geometric mean over the rounds
@@ -192,7 +195,8 @@ def stacking(points: dict[tuple, dict]) -> list[dict]:
         for metric in ("latency_b32_ms", "train_epoch_s"):
             e = effect(points, t, metric=metric)
             a, o = factor(e, "alone"), factor(e, "on_top")
-            if a is None or o is None or (metric == "train_epoch_s" and t not in TRAINS_THE_TEACHER):
+            if (a is None or o is None
+                    or (metric == "train_epoch_s" and t not in TRAINS_THE_TEACHER)):
                 continue
             kind = ("slows" if a >= 1.1 and o < 0.9 else "overlaps" if a >= 1.1 and o < 0.67 * a
                     else "grows" if a <= 0.9 and o >= 1.1 else None)
@@ -223,27 +227,31 @@ def usage_guide(points: dict[tuple, dict], labels: dict[str, str],
         if tr is None and t != "int8":
             train_text = "not measured"
         elif t in TRAINS_THE_TEACHER:
-            train_text = (f"{_word(factor(tr))} (median {_fx(factor(tr))} over {tr['pairs']} pairs; alone "
+            train_text = (f"{_word(factor(tr))} (median {_fx(factor(tr))} over "
+                          f"{tr['pairs']} pairs; alone "
                           f"{_fx(factor(tr, 'alone'), tr['alone_estimate'])}, on top "
                           f"{_fx(factor(tr, 'on_top'), tr['on_top_estimate'])})")
         elif t == "int8":
             train_text = "nothing (applied after training)"
         else:
-            train_text = f"trains a smaller model ({_fx(factor(tr, 'on_top'))} per epoch), once built"
+            train_text = (f"trains a smaller model ({_fx(factor(tr, 'on_top'))} per epoch), "
+                          "once built")
         b32, b1, size = e["latency_b32_ms"], e["latency_b1_ms"], factor(e["size_bytes"])
-        rows.append(f"| {labels[t]} | {train_text} | {_word(factor(b32))} (median {_fx(factor(b32))} over "
-                    f"{b32['pairs']} pairs; alone {_fx(factor(b32, 'alone'), b32['alone_estimate'])}, on top "
-                    f"{_fx(factor(b32, 'on_top'), b32['on_top_estimate'])}) | {_word(factor(b1))} ({_fx(factor(b1))}) | "
+        rows.append(f"| {labels[t]} | {train_text} | {_word(factor(b32))} "
+                    f"(median {_fx(factor(b32))} over {b32['pairs']} pairs; "
+                    f"alone {_fx(factor(b32, 'alone'), b32['alone_estimate'])}, on top "
+                    f"{_fx(factor(b32, 'on_top'), b32['on_top_estimate'])}) | "
+                    f"{_word(factor(b1))} ({_fx(factor(b1))}) | "
                     f"{'same' if abs(size - 1) < 0.01 else f'{size:.2f}× smaller'} | "
                     f"{e['test_accuracy']['median']:+.2f} points |")
     notes = []
     for s in stacking(points):
         what = "inference at batch 32" if s["metric"] == "latency_b32_ms" else "training"
         name, a, o = labels[s["technique"]], s["alone"], s["on_top"]
-        notes.append({"slows": f"**{name}** helps {what} alone ({a:.2f}×) but *slows* it on top of the "
-                               f"others ({o:.2f}×): it does not stack.",
-                      "overlaps": f"**{name}** gains less for {what} on top of the others ({o:.2f}×) than "
-                                  f"alone ({a:.2f}×): it overlaps with "
+        notes.append({"slows": f"**{name}** helps {what} alone ({a:.2f}×) but *slows* it on top "
+                               f"of the others ({o:.2f}×): it does not stack.",
+                      "overlaps": f"**{name}** gains less for {what} on top of the others "
+                                  f"({o:.2f}×) than alone ({a:.2f}×): it overlaps with "
                                   f"{', '.join(labels[x] for x in s['on_top_of'])}.",
                       "grows": f"**{name}** hurts {what} alone ({a:.2f}×) but helps on top of the "
                                f"others ({o:.2f}×)."}[s["kind"]])
@@ -261,16 +269,17 @@ def stacked_accuracy_verdict(base_correct, top_correct, *, top_name: str, n_rung
 
     e = paired_accuracy_change(list(base_correct), list(top_correct))
     return judge("optimizations_keep_accuracy", e.value, se=e.se, dof=e.dof,
-                 evidence=f"the {n_rungs} rungs that keep the teacher, stacked ({top_name}): {e:+.2f} "
-                          f"points against the baseline, paired over {len(base_correct):,} "
-                          f"test reviews, {where}")
+                 evidence=f"the {n_rungs} rungs that keep the teacher, stacked ({top_name}): "
+                          f"{e:+.2f} points against the baseline, paired over "
+                          f"{len(base_correct):,} test reviews, {where}")
 
 
 def rung_table(rows: Sequence[dict], labels: dict[str, str]) -> str:
     """The ladder as a Markdown table: what each rung adds, its accuracy, times (with the
     speed-up over the baseline and its standard error), size and peak memory."""
     base = rows[0]
-    lines = ["| rung | adds | accuracy | train epoch | test set | batch 1 | batch 32 | size | peak memory |",
+    lines = ["| rung | adds | accuracy | train epoch | test set | batch 1 | batch 32 | size | "
+             "peak memory |",
              "|---|---|---|---|---|---|---|---|---|"]
     for below, row in zip([None, *rows], rows):
         adds = "" if below is None else ", ".join(
@@ -353,9 +362,11 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
         high = max(accs + [100 * p["test_accuracy"] + b for p, b in zip(front, bars)])
         pad = max(0.1, 0.08 * (high - low))
         if floor >= low - pad:   # the bound is drawn where it falls among the points
-            ax.axhline(floor, color="k", ls=":", lw=1, label=f"teacher − {max_drop_points:g} points")
+            ax.axhline(floor, color="k", ls=":", lw=1,
+                       label=f"teacher − {max_drop_points:g} points")
         else:                    # far below them: said, not drawn (it would flatten the points)
-            ax.text(0.99, 0.02, f"teacher − {max_drop_points:g} points = {floor:.1f}%: below this axis",
+            ax.text(0.99, 0.02,
+                    f"teacher − {max_drop_points:g} points = {floor:.1f}%: below this axis",
                     transform=ax.transAxes, ha="right", va="bottom", fontsize=7)
         ax.set_ylim(low - pad, high + pad)
         if selected is not None:
@@ -367,6 +378,7 @@ def pareto_figure(points: Sequence[dict], rows: Sequence[dict], *, latency: str 
     axes[0].set_title("Accuracy vs latency")
     axes[1].set_title("Accuracy vs size")
     axes[0].legend(frameon=False, fontsize=7)
-    fig.supxlabel("ladder rungs (boxed numbers): " + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
+    fig.supxlabel("ladder rungs (boxed numbers): "
+                  + ", ".join(f"{n} {r['name']}" for n, r in enumerate(rows)),
                   fontsize=7)
     return fig

@@ -21,7 +21,8 @@ from dataclasses import replace
 import torch
 
 from course_lib.capstone import ladder_meters as M
-from course_lib.capstone.ladder import ORDER, TECHNIQUES, TRAINS_THE_TEACHER, Rung, Settings, unavailable_here
+from course_lib.capstone.ladder import (ORDER, TECHNIQUES, TRAINS_THE_TEACHER, Rung, Settings,
+                                        unavailable_here)
 from course_lib.capstone.ladder_analysis import stack_versus_product
 from course_lib.capstone.model_zoo import ModelZoo
 
@@ -92,7 +93,8 @@ def stacks(evidence: dict, labels: dict[str, str]) -> list[dict]:
     base = points[(False,) * len(TECHNIQUES)]
     available = [t for t in TECHNIQUES if t not in evidence["unavailable"]]
     out = []
-    for (name, (top, _)), metric in zip(cases(available).items(), ("latency_b32_ms", "train_epoch_s")):
+    for (name, (top, _)), metric in zip(cases(available).items(),
+                                        ("latency_b32_ms", "train_epoch_s")):
         what = " + ".join(labels[t] for t in top.techniques)
         label = (f"inference, batch 32: {what}" if name == "inference_b32"
                  else f"training the teacher: {what}")

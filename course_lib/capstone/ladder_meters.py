@@ -4,8 +4,8 @@ test set's time, a training epoch's time, size and peak memory; ``measure`` fill
 Inputs (``Inputs``): a *typical bucket* (32 test reviews of median length) for latency and
 memory, and a random subset of the test set that is timed at fixed padding (every batch costs
 the same there, so the time is scaled to the whole set). Every forward pass runs through
-``core.evaluate.predict`` or a plain call inside ``rung_context``: the rung's precision and attention
-kernel (``ladder.applied``).
+``core.evaluate.predict`` or a plain call inside ``rung_context``: the rung's precision and
+attention kernel (``ladder.applied``).
 """
 from __future__ import annotations
 
@@ -253,7 +253,8 @@ def train_epoch_samples(zoo: ModelZoo, rungs: Sequence[Rung], *, practitioner: b
     for j in range(rounds):
         now = [(k, step) for k, step in steps.items() if j in due[k]]
         now = dict(now[j % len(now):] + now[:j % len(now)]) if now else {}
-        for k, v in (bench.compare(now, warmup=0, repeats=1, device=zoo.device).items() if now else ()):
+        for k, v in (bench.compare(now, warmup=0, repeats=1, device=zoo.device).items()
+                     if now else ()):
             times[k].append(v["timing"].median)
     per = {k: [t * len(sample[p][1]) for t in times[k]] for k, (_, p) in todo.items()}
     out = {r.key: per[(r.distill, r.prune, r.bucketing, r.amp, r.sdpa)] for r in rungs}
@@ -379,9 +380,11 @@ def measure(zoo: ModelZoo, inputs: Inputs, rungs: Sequence[Rung], *,
                      "size_bytes": zoo.size_bytes(r), "peak_mib": peak.get(r.key),
                      # every timed sample, for the errors of the speed-ups (ladder_speedups)
                      "samples": {"test_set_s": test_s.get(r.key, []), "latency_b1_ms": b1[r.key],
-                                 "latency_b32_ms": b32[r.key], "train_epoch_s": train_s.get(r.key, [])}}
+                                 "latency_b32_ms": b32[r.key],
+                                 "train_epoch_s": train_s.get(r.key, [])}}
              for r in points}
-    for row in [*table.values(), *([practitioner] if extra else [])]:   # the one estimate of an epoch
+    # the one estimate of an epoch
+    for row in [*table.values(), *([practitioner] if extra else [])]:
         if row.get("train_design") and row["samples"]["train_epoch_s"]:
             row["train_epoch_s"] = epoch_estimate(row).value
     return [{**table[r.key], "name": r.name} for r in rungs], table

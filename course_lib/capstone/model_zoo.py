@@ -92,7 +92,8 @@ class ModelZoo:
     def _student(self) -> nn.Module:
         stored = None if self.settings.train_student else stored_student(self.teacher)
         if stored is not None:
-            self.student_source = "the stored student (`python -m course_lib.tools.checkpoints --student`)"
+            self.student_source = ("the stored student "
+                                   "(`python -m course_lib.tools.checkpoints --student`)")
             return stored[0].to(self.device)
         s = self.settings
         data, cached = self.distill_set()

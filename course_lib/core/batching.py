@@ -274,7 +274,8 @@ class NoisySortBatchSampler(_PlannedBatchSampler):
     def _plan(self):
         perm = torch.randperm(len(self.lengths), generator=self.generator)   # ties: at random
         u = torch.rand(len(self.lengths), generator=self.generator, dtype=torch.float64)
-        order = perm[torch.argsort(self._log[perm] + self.noise * (2 * u - 1), stable=True)].tolist()
+        order = perm[torch.argsort(self._log[perm] + self.noise * (2 * u - 1),
+                                   stable=True)].tolist()
         return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
 

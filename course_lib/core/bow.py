@@ -28,7 +28,8 @@ class BagOfWords(nn.Module):
     def __init__(self, vocab_size: int, *, n_outputs: int = 2, pad_id: int = 0):
         super().__init__()
         if vocab_size < 1 or n_outputs < 1:
-            raise ValueError(f"vocab_size and n_outputs must be >= 1, got {vocab_size}, {n_outputs}")
+            raise ValueError("vocab_size and n_outputs must be >= 1, "
+                             f"got {vocab_size}, {n_outputs}")
         self.pad_id = pad_id
         self.weights = nn.EmbeddingBag(vocab_size, n_outputs, mode="mean", padding_idx=pad_id)
         self.bias = nn.Parameter(torch.zeros(n_outputs))

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from course_lib.core.vocab import (FILLER, INTENSIFIERS, NEGATIVE, NEGATORS, NOUNS, OPENERS, PAD, POSITIVE,  # noqa: F401
-                    PUNCT, UNK, Vocab, build_vocab)
+from course_lib.core.vocab import (FILLER, INTENSIFIERS, NEGATIVE, NEGATORS, NOUNS,  # noqa: F401
+                                   OPENERS, PAD, POSITIVE, PUNCT, UNK, Vocab, build_vocab)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ class _Generator:
 
     def review(self) -> Review:
         cfg = self.cfg
-        target = math.exp(math.log(cfg.median_length) + cfg.length_sigma * self.rng.standard_normal())
+        target = math.exp(math.log(cfg.median_length)
+                          + cfg.length_sigma * self.rng.standard_normal())
         target = min(max(int(round(target)), cfg.min_length), cfg.max_length)
         for attempt in range(_MAX_REDRAWS):
             # Opinions scale with length, so a mean over tokens sees the same density of

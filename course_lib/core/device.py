@@ -130,7 +130,8 @@ def compile_support(device: torch.device | str = "cpu") -> tuple[bool, str]:
     if not hasattr(torch, "compile"):
         return False, f"torch {torch.__version__} has no torch.compile (needs torch >= 2.0)"
     if sys.platform == "win32" and torch.device(device).type == "cpu":
-        return False, "Inductor's CPU backend needs a C++ toolchain that is rarely set up on Windows"
+        return False, ("Inductor's CPU backend needs a C++ toolchain that is rarely set up on "
+                       "Windows")
     if torch.device(device).type == "cpu":
         cxx = os.environ.get("CXX")
         if not any(shutil.which(c) for c in filter(None, (cxx, "g++", "c++", "clang++"))):

@@ -47,7 +47,8 @@ def rotary_tables(length: int, head_dim: int, *, base: float = 10000.0,
                   device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(length, head_dim) cosines and sines: channel pair ``c`` of position ``p`` turns by
     ``p * base ** (-2c / head_dim)`` (RoFormer, eq. 15), in the rotate-half layout."""
-    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
+                        / head_dim)
     angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -346,7 +347,8 @@ def keep_layers(model: EncoderClassifier, layers: list[int]) -> EncoderClassifie
     no_masks(model)
     n = model.cfg.n_layers
     if not layers or any(not isinstance(i, int) or not 0 <= i < n for i in layers):
-        raise ValueError(f"layers must be a non-empty list of indices in [0, {n - 1}], got {layers!r}")
+        raise ValueError(f"layers must be a non-empty list of indices in [0, {n - 1}], "
+                         f"got {layers!r}")
     state = {}
     for key, value in model.state_dict().items():
         if key.startswith("blocks."):

@@ -141,7 +141,8 @@ class History:
     step_loss: list[float] = field(default_factory=list)
     step_lr: list[float] = field(default_factory=list)
     step_skipped: list[bool] = field(default_factory=list)   # steps the GradScaler skipped
-    step_scale: list[float] = field(default_factory=list)    # its loss scale after each step (1: none)
+    step_scale: list[float] = field(default_factory=list)    # its loss scale after each step
+                                                             # (1: none)
     step_seconds: list[float] = field(default_factory=list)
     epochs: list[dict] = field(default_factory=list)   # per epoch: loss, seconds, val metrics
     seconds: float = 0.0
@@ -206,7 +207,8 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
         bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
         for epoch in range(cfg.epochs):
             model.train()
-            for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+            for sampler in (getattr(loader, "sampler", None),
+                            getattr(loader, "batch_sampler", None)):
                 if hasattr(sampler, "set_epoch"):
                     sampler.set_epoch(epoch)
             t0, losses, batches = time.perf_counter(), [], iter(loader)

@@ -103,7 +103,8 @@ def transfer_figure(reduced: dict, *, live: Mapping[tuple[str, int], float] | No
     ax.axhline(100 * reduced["teacher"], color="k", ls=":", label="teacher")
     ax.set_xticks(range(len(sizes)), [f"{n:,}" for n in sizes])
     ax.set_xlim(-0.4, len(sizes) - 0.6)
-    ax.set_xlabel("transfer set: unlabelled reviews the teacher labels (besides the 4,000 labelled)")
+    ax.set_xlabel("transfer set: unlabelled reviews the teacher labels "
+                  "(besides the 4,000 labelled)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"{NAMES[student]} student, 3,000 steps each: mean and 95% interval over "
                  f"seeds{source}", fontsize=9)
@@ -116,12 +117,13 @@ def transfer_markdown(reduced: dict) -> str:
     scratch (paired by seed, 95% interval with Student's t) and what each says."""
     m, rows = reduced["mean"], []
     for n in reduced["sizes"]:
-        cell = lambda arm: f"{m[arm, n]:.2f}" if (arm, n) in m else "–"
+        def cell(arm):
+            return f"{m[arm, n]:.2f}" if (arm, n) in m else "–"
         sh, hs = reduced["soft_vs_hard"].get(n), reduced["hard_vs_scratch"].get(n)
         rows.append(f"| {n:,} | {cell('hard') if n else cell('scratch')} | {cell('soft')} | "
                     + (f"{sh:+.2f} ({call(sh)}) | " if sh else "– | ")
                     + (f"{hs:+.2f} ({call(hs)}) |" if hs else "– |"))
     return ("| transfer set (reviews) | hard labels (%) | soft targets (%) | soft − hard (points) "
             "| hard − scratch (points) |\n|---|---|---|---|---|\n" + "\n".join(rows)
-            + "\n\nWith no transfer reviews the hard labels are the 4,000 labels themselves (the scratch "
-            "student), so that row's soft − hard is soft targets against scratch.")
+            + "\n\nWith no transfer reviews the hard labels are the 4,000 labels themselves "
+            "(the scratch student), so that row's soft − hard is soft targets against scratch.")

@@ -19,7 +19,8 @@ from course_lib.distill.losses import DistillSet, teacher_logits
 from course_lib.distill.students import StudentRecipe, train_student
 
 
-LOGITS_FILE = "baseline_distill_logits.pt"   # the teacher's logits over lesson 06's distillation set
+# the teacher's logits over lesson 06's distillation set
+LOGITS_FILE = "baseline_distill_logits.pt"
 
 
 def teacher_logits_stored(teacher: EncoderClassifier, distill_set, *,
@@ -58,7 +59,8 @@ def save_teacher_logits(logits: torch.Tensor, directory: Path = DEFAULT_DIR) -> 
     return path
 
 
-def train_student_checkpoint(corpus: Corpus, teacher: EncoderClassifier, *, steps: int | None = None,
+def train_student_checkpoint(corpus: Corpus, teacher: EncoderClassifier, *,
+                             steps: int | None = None,
                              progress: bool = True) -> tuple[EncoderClassifier, dict]:
     """Lesson 06's best student: 2 layers initialised from the teacher's layers 0 and 2, distilled
     with the reference recipe (``distill.students.StudentRecipe``, seed 0). Lesson 14's distillation

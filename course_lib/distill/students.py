@@ -30,7 +30,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from course_lib.core.batching import make_loader
-from course_lib.distill.losses import UNLABELLED, DistillSet, HiddenStateMatcher, distill, pooled_hidden
+from course_lib.distill.losses import (UNLABELLED, DistillSet, HiddenStateMatcher, distill,
+                                       pooled_hidden)
 from course_lib.core.model import EncoderClassifier, build_model
 from course_lib.core.model import keep_layers
 from course_lib.core.train import TrainConfig, train
@@ -142,7 +143,8 @@ def train_student(arm: str, *, student: str = "small", corpus, distill_set: Dist
         train(_WithMatcher(model, matcher), loader,
               loss_fn=_hidden_loss_fn(teacher, cached_logits.float().to(device), recipe), **common)
     else:
-        logits = cached_logits[:len(corpus.train)] if arm == "distilled_labelled_only" else cached_logits
+        logits = (cached_logits[:len(corpus.train)] if arm == "distilled_labelled_only"
+                  else cached_logits)
         kind = "mse" if arm == "mse" else "kl"
         distill(model, None, loader, cached_logits=logits, temperature=recipe.temperature,
                 alpha=recipe.alpha, kind=kind, **common)

@@ -82,7 +82,8 @@ def run(corpus, teacher, cached_logits: torch.Tensor, *, seeds: tuple[int, ...] 
     val = make_loader(corpus.val, batch_size=64, shuffle=False)
     cells = [(s, a, n, base) for s in students for n in sizes for a in ARMS
              if (a == "scratch") == (n == 0) or a == "soft" and n == 0]
-    n_init = min(FROM_TEACHER["transfer"], len(corpus.transfer))   # all of it (fewer in a small corpus)
+    # all of it (fewer in a small corpus)
+    n_init = min(FROM_TEACHER["transfer"], len(corpus.transfer))
     cells += [("half_from_teacher", a, n_init if a == "soft" else 0, init)
               for a in FROM_TEACHER["arms"]]
     runs = []
@@ -133,8 +134,10 @@ def from_evidence(evidence: dict, student: str = "small") -> dict:
     soft_pairs = {n: differences(("soft", n), hard[n]) for n in sizes if ("soft", n) in acc}
     return {"accuracy": acc, "teacher": teacher, "sizes": sizes,
             "mean": {k: mean_and_se([100 * a for a in v.values()]) for k, v in acc.items()},
-            "gap": {k: mean_and_se([100 * (a - teacher) for a in v.values()]) for k, v in acc.items()},
+            "gap": {k: mean_and_se([100 * (a - teacher) for a in v.values()])
+                    for k, v in acc.items()},
             "soft_vs_hard": {n: mean_and_se(d) for n, d in soft_pairs.items()},
-            "seeds_for_1pt": {n: seeds_for_interval(d, 1.0) for n, d in soft_pairs.items() if len(d) > 1},
+            "seeds_for_1pt": {n: seeds_for_interval(d, 1.0) for n, d in soft_pairs.items()
+                              if len(d) > 1},
             "hard_vs_scratch": {n: paired(("hard", n), ("scratch", 0)) for n in sizes
                                 if ("hard", n) in acc}}

@@ -7,11 +7,12 @@ the same optimizer step. Run it with::
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed.ddp \
         --steps 20 --batch-size 16 --out /tmp/ddp.json          # 2 CPU processes (gloo)
-    python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed.ddp --dry-run
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m course_lib.distributed.ddp \
+        --dry-run
 
 The same command runs unchanged on a multi-GPU machine (``--nproc_per_node`` = number of GPUs;
-with a GPU per rank the backend becomes nccl and rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``) and on several nodes
-(replace ``--standalone`` by ``--nnodes 2 --node_rank K --rdzv_backend c10d
+with a GPU per rank the backend becomes nccl and rank ``LOCAL_RANK`` uses ``cuda:LOCAL_RANK``) and
+on several nodes (replace ``--standalone`` by ``--nnodes 2 --node_rank K --rdzv_backend c10d
 --rdzv_endpoint HOST:29500 --rdzv_id job1`` on every node). ``course_lib.distributed.launch`` starts
 it from a notebook. With ``world_size == 1`` and no process group, ``run_training`` runs the
 identical loop in-process: the single-process reference of the equivalence check.
@@ -36,7 +37,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from course_lib.measure import bench
-from course_lib.distributed.setup import BACKENDS, ShardedBatchSampler, auto_threads, resolve_backend
+from course_lib.distributed.setup import (BACKENDS, ShardedBatchSampler, auto_threads,
+                                          resolve_backend)
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -58,7 +60,8 @@ class WorkerConfig:
     d_ff: int = 128
     max_length: int = 128         # truncation keeps CPU steps short
     data_scale: float = 0.1       # corpus scale (0.1: 400 training reviews)
-    task: str = "full"            # "easy": no negation/opener/contrast rules (ddp_setup.worker_corpus)
+    task: str = "full"            # "easy": no negation/opener/contrast rules
+                                  # (ddp_setup.worker_corpus)
     backend: str = "auto"
     threads: int = 0              # 0: auto_threads
     seed: int = 0

@@ -232,7 +232,8 @@ def scaling_model(*, params: float, ranks: int, bandwidth: float, tokens_per_ran
     Assumptions: compute ``6 * params * tokens_per_rank / flops`` seconds per step on every
     rank; fp32 gradients (``bytes_per_grad``) all-reduced by a ring at ``bandwidth`` bytes/s;
     a fraction ``overlap`` in [0, 1] of the communication hidden behind backward (DDP's
-    gradient buckets), never more than the backward pass itself (2/3 of compute). Speedup = throughput of N ranks / throughput of one.
+    gradient buckets), never more than the backward pass itself (2/3 of compute). Speedup =
+    throughput of N ranks / throughput of one.
     """
     if params <= 0 or tokens_per_rank <= 0 or flops <= 0:
         raise ValueError("params, tokens_per_rank and flops must be > 0")

@@ -94,7 +94,8 @@ def worker_corpus(cfg):
     from course_lib.core.data import CorpusConfig, load_corpus
 
     if cfg.task == "easy":
-        return load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0), scale=cfg.data_scale)
+        return load_corpus(CorpusConfig(p_negate=0.0, p_opener=0.0, p_contrast=0.0),
+                           scale=cfg.data_scale)
     return load_corpus(scale=cfg.data_scale)
 
 
@@ -140,9 +141,10 @@ def items_per_rank(n_items: int, *, world_size: int, distributed: bool, batch_si
         raise ValueError(f"n_items and world_size must be >= 1, got {n_items}, {world_size}")
     out = []
     for rank in range(world_size):
-        sampler = (DistributedSampler(range(n_items), num_replicas=world_size, rank=rank, shuffle=True,
-                                      seed=seed) if distributed else None)
-        loader = DataLoader(range(n_items), batch_size=batch_size, sampler=sampler, shuffle=sampler is None,
+        sampler = (DistributedSampler(range(n_items), num_replicas=world_size, rank=rank,
+                                      shuffle=True, seed=seed) if distributed else None)
+        loader = DataLoader(range(n_items), batch_size=batch_size, sampler=sampler,
+                            shuffle=sampler is None,
                             generator=torch.Generator().manual_seed(seed + rank))
         out.append({int(i) for batch in loader for i in batch})
     return out

@@ -40,7 +40,8 @@ def loss_noise(losses: list[float], *, tail: float = 0.5) -> float:
     return statistics.stdev(b - a for a, b in zip(last, last[1:])) / math.sqrt(2)
 
 
-def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS, threads: int = 0) -> dict:
+def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS,
+                threads: int = 0) -> dict:
     """One single-process run at ``multiple`` × the recipe's batch (what that many DDP ranks
     train), from ``seed``: its loss noise, last losses, and accuracy on the worker's validation
     split and on the full test split (2,000 reviews)."""
@@ -51,7 +52,8 @@ def train_point(multiple: int, seed: int, *, args: list[str] = RECIPE_ARGS, thre
         raise ValueError(f"multiple must be >= 1, got {multiple}")
     cfg = parse_args([str(a) for a in args])[0]
     t0 = time.perf_counter()
-    out = run_training(replace(cfg, batch_size=cfg.batch_size * multiple, seed=seed, threads=threads))
+    out = run_training(replace(cfg, batch_size=cfg.batch_size * multiple, seed=seed,
+                               threads=threads))
     return {"multiple": multiple, "global_batch": cfg.batch_size * multiple, "seed": seed,
             "steps": cfg.steps, "noise": loss_noise(out["losses"]),
             "final_loss": statistics.fmean(out["losses"][-10:]),
@@ -100,7 +102,8 @@ def from_evidence(evidence: dict) -> dict:
             "base_batch": next(iter(base.values()))["global_batch"], "accuracy_key": key,
             **_passes(evidence, by),
             "scored_on": "test" if key == "test_accuracy" else "validation",
-            "scored_reviews": scored_reviews(key, args=evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
+            "scored_reviews": scored_reviews(
+                key, args=evidence.get("recipe", {}).get("args", RECIPE_ARGS))}
 
 
 def _passes(evidence: dict, by: dict) -> dict:
@@ -118,7 +121,8 @@ def _passes(evidence: dict, by: dict) -> dict:
             "final_loss": {gb: statistics.fmean(r["final_loss"] for r in by.values()
                                                 if r["global_batch"] == gb and "final_loss" in r)
                            for gb in batches
-                           if any("final_loss" in r for r in by.values() if r["global_batch"] == gb)}}
+                           if any("final_loss" in r for r in by.values()
+                                  if r["global_batch"] == gb)}}
 
 
 def scored_reviews(key: str, *, args: list[str] = RECIPE_ARGS) -> int:

@@ -127,7 +127,8 @@ def run(*, rounds: int = 10, batches: Sequence[int] = SPEED_BATCHES, nproc: int 
     from course_lib.distributed.setup import worker_model
 
     args = [str(a) for a in args]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
     demo = launch(["--mode", "allreduce", "--backend", "gloo", *args], nproc=nproc, threads=1,
                   echo=False)["allreduce"]["timings"]
     bandwidth = 2 * (nproc - 1) / nproc * demo[-1]["bytes"] / demo[-1]["seconds"]
@@ -154,7 +155,8 @@ def from_evidence(evidence: dict) -> dict:
     sweep = {int(b): t for b, t in evidence["times"].items()}
     grad_bytes = 4 * evidence["n_params"]
     comm = (allreduce_seconds_at(evidence["allreduce"], grad_bytes) if "allreduce" in evidence
-            else ring_allreduce_seconds(grad_bytes, ranks=r["nproc"], bandwidth=evidence["bandwidth"]))
+            else ring_allreduce_seconds(grad_bytes, ranks=r["nproc"],
+                                        bandwidth=evidence["bandwidth"]))
     return {"sweep": sweep, "ups": {b: speedups(t) for b, t in sweep.items()},
             "predicted": {b: predicted_speedup(statistics.median(next(iter(t.values()))),
                                                nproc=r["nproc"], comm_s=comm)

@@ -13,8 +13,8 @@ NaN, E4M3 having no infinity). ``encode`` follows the saturating mode; torch ver
 ``floats.in_torch.torch_e4m3_overflow`` says what the installed torch does.
 
 TF32 (NVIDIA's TensorFloat-32, Ampere white paper 2020) is not a storage format: tensor cores
-read FP32 inputs and round them to 10 mantissa bits. ``floats.in_torch.simulate_tf32`` reproduces that rounding
-in FP32 storage (the low 13 mantissa bits become zero); torch has no tf32 dtype.
+read FP32 inputs and round them to 10 mantissa bits. ``floats.in_torch.simulate_tf32`` reproduces
+that rounding in FP32 storage (the low 13 mantissa bits become zero); torch has no tf32 dtype.
 
 Every conversion here is exact (``fractions.Fraction``) and rounds to nearest, ties to even.
 What torch itself does with these formats (its casts, finfo, tensors rounded to a format) is in
@@ -188,7 +188,8 @@ def fields(bits: int, fmt: str | FloatFormat) -> tuple[int, int, int]:
     f = get_format(fmt)
     if not 0 <= bits < 1 << f.bits:
         raise ValueError(f"bits must be in [0, 2**{f.bits}) for {f.name}, got {bits}")
-    return bits >> (f.bits - 1), (bits >> f.man_bits) & f.exp_all_ones, bits & ((1 << f.man_bits) - 1)
+    return (bits >> (f.bits - 1), (bits >> f.man_bits) & f.exp_all_ones,
+            bits & ((1 << f.man_bits) - 1))
 
 
 def classify(bits: int, fmt: str | FloatFormat) -> str:

@@ -41,7 +41,8 @@ class DecoderConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
+                             f"({self.n_heads})")
         if not 1 <= self.kv_heads <= self.n_heads or self.n_heads % self.kv_heads:
             raise ValueError(f"n_kv_heads must divide n_heads ({self.n_heads}) and be >= 1, got "
                              f"{self.n_kv_heads!r}")
@@ -94,7 +95,8 @@ class KVCache:
         """Bytes allocated (every layer, every sequence, ``max_len`` positions)."""
         return self.k.nbytes + self.v.nbytes
 
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         n = k.shape[2]
         if self.length + n > self.max_len:
             raise ValueError(f"the cache holds max_len={self.max_len} positions: {self.length} "
@@ -133,10 +135,12 @@ class CausalSelfAttention(nn.Module):
         self.kv = nn.Linear(cfg.d_model, 2 * cfg.kv_heads * cfg.head_size)   # fewer with GQA
         self.proj = nn.Linear(cfg.n_heads * cfg.head_size, cfg.d_model)
 
-    def forward(self, x: torch.Tensor, *, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, cache: KVCache | None = None,
+                layer: int = 0) -> torch.Tensor:
         B, L, _ = x.shape
         q = self.q(x).view(B, L, self.n_heads, -1).transpose(1, 2)
-        k, v = (t.view(B, L, self.kv_heads, -1).transpose(1, 2) for t in self.kv(x).chunk(2, dim=-1))
+        k, v = (t.view(B, L, self.kv_heads, -1).transpose(1, 2)
+                for t in self.kv(x).chunk(2, dim=-1))
         if cache is not None:                      # the keys and values of every earlier token
             k, v = cache.append(layer, k, v)
         # With fewer key/value heads, each serves n_heads / kv_heads query heads in turn:

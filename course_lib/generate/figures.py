@@ -6,7 +6,8 @@ from __future__ import annotations
 from course_lib.measure.claims import CLAIMS
 from course_lib.ui.plots import new_figure
 
-__all__ = ["batch_figure", "cache_figure", "cache_picture", "work_grid", "gqa_figure", "rounds_figure", "speculative_figure", "width_figure"]
+__all__ = ["batch_figure", "cache_figure", "cache_picture", "work_grid", "gqa_figure",
+           "rounds_figure", "speculative_figure", "width_figure"]
 
 
 def _errors(estimates):
@@ -206,15 +207,19 @@ def cache_picture(prompt_len: int = 6, new_tokens: int = 6):
     for ax, cached in zip(axes, (False, True)):
         g = work_grid(prompt_len, new_tokens, cached=cached)
         ax.imshow(g, cmap=cmap, vmin=0, vmax=2, aspect="auto")
-        ax.set_xticks(range(g.shape[1]), [("p" if i < prompt_len else "t") + str(i + 1 if i < prompt_len else i - prompt_len + 1)
-                                          for i in range(g.shape[1])], fontsize=7)
-        ax.set_yticks(range(new_tokens), [f"writes t{s + 1}" for s in range(new_tokens)], fontsize=7)
+        ax.set_xticks(range(g.shape[1]),
+                      [("p" if i < prompt_len else "t")
+                       + str(i + 1 if i < prompt_len else i - prompt_len + 1)
+                       for i in range(g.shape[1])], fontsize=7)
+        ax.set_yticks(range(new_tokens), [f"writes t{s + 1}" for s in range(new_tokens)],
+                      fontsize=7)
         ax.set_xticks([x - 0.5 for x in range(g.shape[1] + 1)], minor=True)
         ax.set_yticks([y - 0.5 for y in range(new_tokens + 1)], minor=True)
         ax.grid(which="minor", color="grey", lw=0.5)
         ax.tick_params(which="minor", length=0)
         ax.set_xlabel("position (p: prompt, t: generated)")
-        ax.set_title(f"{'With' if cached else 'Without'} the cache: {int((g == 1).sum())} positions computed",
+        ax.set_title(f"{'With' if cached else 'Without'} the cache: "
+                     f"{int((g == 1).sum())} positions computed",
                      fontsize=9)
     axes[0].set_ylabel("generation step")
     axes[1].legend(handles=[Patch(color="#1f4e79", label="keys and values computed"),

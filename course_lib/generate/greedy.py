@@ -47,5 +47,5 @@ def _check(model: DecoderLM, prompt: torch.Tensor, new_tokens: int) -> None:
     if not isinstance(new_tokens, int) or new_tokens < 1:
         raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
     if prompt.shape[1] + new_tokens > model.cfg.max_len:
-        raise ValueError(f"prompt ({prompt.shape[1]}) + new_tokens ({new_tokens}) exceeds the model's "
-                         f"max_len ({model.cfg.max_len})")
+        raise ValueError(f"prompt ({prompt.shape[1]}) + new_tokens ({new_tokens}) exceeds the "
+                         f"model's max_len ({model.cfg.max_len})")

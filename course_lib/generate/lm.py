@@ -113,7 +113,8 @@ def train_lm(model: DecoderLM, stream: torch.Tensor, *, cfg: LMTraining = LMTrai
     clipping at 1, in FP32); returns the loss of every step (nats per token) and the seconds."""
     cfg.validate()
     if cfg.context > model.cfg.max_len:
-        raise ValueError(f"context ({cfg.context}) must fit the model's max_len ({model.cfg.max_len})")
+        raise ValueError(f"context ({cfg.context}) must fit the model's max_len "
+                         f"({model.cfg.max_len})")
     loader = Windows(stream, steps=cfg.steps, context=cfg.context, batch=cfg.batch, seed=cfg.seed)
     hist = train(model, loader, cfg=TrainConfig(epochs=1, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                                 warmup_frac=cfg.warmup_frac, grad_clip=1.0,
@@ -202,7 +203,8 @@ def to_kv_heads(model: DecoderLM, kv_heads: int) -> DecoderLM:
             key = f"blocks.{n}.attn.kv.{kind}"
             t = state[key]                                  # (2 · heads · hs, ...) : k then v
             t = t.view(2, kv_heads, group, hs, *t.shape[1:]).mean(2)
-            state[key] = t.reshape(2 * kv_heads * hs, *t.shape[3:]) if kind == "weight" else t.reshape(-1)
+            state[key] = (t.reshape(2 * kv_heads * hs, *t.shape[3:]) if kind == "weight"
+                          else t.reshape(-1))
     out.load_state_dict(state)
     return out.eval()
 

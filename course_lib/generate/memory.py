@@ -50,6 +50,8 @@ def measured_cache_bytes(cfg: DecoderConfig, *, batch: int, lengths: tuple[int, 
     ns = sorted(out)
     for a, b in zip(ns, ns[1:]):
         tokens = (b - a) * batch
-        out[b]["measured_per_token"] = (out[b]["measured_bytes"] - out[a]["measured_bytes"]) / tokens
-        out[b]["predicted_per_token"] = (out[b]["predicted_bytes"] - out[a]["predicted_bytes"]) / tokens
+        out[b]["measured_per_token"] = ((out[b]["measured_bytes"] - out[a]["measured_bytes"])
+                                        / tokens)
+        out[b]["predicted_per_token"] = ((out[b]["predicted_bytes"] - out[a]["predicted_bytes"])
+                                         / tokens)
     return out

@@ -48,7 +48,8 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
                          f"({target.cfg.vocab_size})")
     room = prompt.shape[1] + new_tokens + draft_len + 1   # a round may look past the end
     if room > min(target.cfg.max_len, draft.cfg.max_len):
-        raise ValueError(f"prompt + new_tokens + draft_len + 1 ({room}) must fit both models' max_len")
+        raise ValueError(f"prompt + new_tokens + draft_len + 1 ({room}) must fit both models' "
+                         "max_len")
     dtype = next(target.parameters()).dtype
     tc = KVCache(target.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
     dc = KVCache(draft.cfg, batch=1, max_len=room, dtype=dtype, device=prompt.device)
@@ -76,7 +77,8 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
         counts["target_passes"] += 1
         if temperature is None:
             check = logits.argmax(-1)
-            accepted = int((proposal[0] == check[:-1]).long().cumprod(0).sum())   # longest agreeing prefix
+            # longest agreeing prefix
+            accepted = int((proposal[0] == check[:-1]).long().cumprod(0).sum())
             own = check[accepted:accepted + 1]
         else:
             accepted, own = _accept_sampled(torch.softmax(logits.float() / temperature, -1), qs,
@@ -85,7 +87,8 @@ def generate_speculative(target: DecoderLM, draft: DecoderLM, prompt: torch.Tens
         counts["accepted"] += accepted
         counts["rounds"].append(accepted)
         ids = torch.cat([ids, proposal[:, :accepted], own[None]], dim=1)
-        tc.truncate(n + accepted)                           # keep: the old tokens and those accepted
+        tc.truncate(n + accepted)                           # keep: the old tokens and those
+                                                            # accepted
         if accepted == draft_len:                           # the draft never read its last proposal
             draft(proposal[:, -1:], cache=dc)
             counts["draft_passes"] += 1

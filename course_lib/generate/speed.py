@@ -30,7 +30,8 @@ def decode_speed(models: dict[str, DecoderLM], *, prompt_len: int, new_tokens: i
     prompt = torch.randint(0, vocab.pop(), (batch, prompt_len), generator=g).to(device)
     fns = {}
     for name, m in models.items():
-        fns[f"{name}, no cache"] = functools.partial(generate_uncached, m, prompt, new_tokens=new_tokens)
+        fns[f"{name}, no cache"] = functools.partial(generate_uncached, m, prompt,
+                                                     new_tokens=new_tokens)
         fns[f"{name}, cache"] = functools.partial(generate_cached, m, prompt, new_tokens=new_tokens)
     out = bench.compare(fns, warmup=warmup, repeats=repeats, device=device, rotate=True)
     for r in out.values():
@@ -54,20 +55,25 @@ def cache_speed_over(model: DecoderLM, *, prompt_lens: tuple[int, ...], new_toke
     fns = {}
     for p in prompt_lens:
         for n in new_tokens:
-            fns[(p, n, "no cache")] = functools.partial(generate_uncached, model, prompts[p], new_tokens=n)
-            fns[(p, n, "cache")] = functools.partial(generate_cached, model, prompts[p], new_tokens=n)
+            fns[(p, n, "no cache")] = functools.partial(generate_uncached, model, prompts[p],
+                                                        new_tokens=n)
+            fns[(p, n, "cache")] = functools.partial(generate_cached, model, prompts[p],
+                                                     new_tokens=n)
     r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
     out: dict[int, dict[int, dict]] = {}
     for p in prompt_lens:
         for n in new_tokens:
             arms = {kind: {"timing": r[(p, n, kind)]["timing"],
-                           "tokens_per_s": n / r[(p, n, kind)]["timing"].median} for kind in ("no cache", "cache")}
-            arms["speedup"] = speedup(arms["no cache"]["timing"].samples, arms["cache"]["timing"].samples)
+                           "tokens_per_s": n / r[(p, n, kind)]["timing"].median}
+                    for kind in ("no cache", "cache")}
+            arms["speedup"] = speedup(arms["no cache"]["timing"].samples,
+                                      arms["cache"]["timing"].samples)
             out.setdefault(p, {})[n] = arms
     return out
 
 
-def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: list[torch.Tensor], *,
+def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM],
+                      prompts: list[torch.Tensor], *,
                       new_tokens: int, draft_lens: dict[str, tuple[int, ...]] | tuple[int, ...],
                       repeats: int = 2) -> dict:
     """Speculative decoding against the target's own cached greedy decoding (the fair baseline:
@@ -81,7 +87,8 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
     over the target's (each generating alone, interleaved with the rest), predicted Leviathan et
     al.'s speed-up from those two, ``identical`` whether every output equalled the target's
     greedy one."""
-    from course_lib.generate.speculative import acceptance_rate, generate_speculative, predicted_speedup
+    from course_lib.generate.speculative import (acceptance_rate, generate_speculative,
+                                                 predicted_speedup)
     if not prompts:
         raise ValueError("prompts must hold at least one (1, length) prompt")
     lens = draft_lens if isinstance(draft_lens, dict) else {d: tuple(draft_lens) for d in drafts}
@@ -92,7 +99,8 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
     def make(prompt):
         fns = {"greedy": functools.partial(generate_cached, target, prompt, new_tokens=new_tokens)}
         for d in sorted(drafts):                             # the draft alone: its cost per pass
-            fns[f"{d}|alone"] = functools.partial(generate_cached, drafts[d], prompt, new_tokens=new_tokens)
+            fns[f"{d}|alone"] = functools.partial(generate_cached, drafts[d], prompt,
+                                                  new_tokens=new_tokens)
         for d, k in arms:
             fns[f"{d}|{k}"] = functools.partial(generate_speculative, target, drafts[d], prompt,
                                                 new_tokens=new_tokens, draft_len=k)
@@ -106,7 +114,8 @@ def speculative_speed(target: DecoderLM, drafts: dict[str, DecoderLM], prompts: 
         proposed = accepted = passes = 0
         identical, rounds = True, []
         for prompt, want in zip(prompts, greedy):
-            ids, c = generate_speculative(target, drafts[d], prompt, new_tokens=new_tokens, draft_len=k)
+            ids, c = generate_speculative(target, drafts[d], prompt, new_tokens=new_tokens,
+                                          draft_len=k)
             identical &= torch.equal(ids, want)
             proposed, accepted, passes = (proposed + c["proposed"], accepted + c["accepted"],
                                           passes + c["target_passes"])
@@ -145,7 +154,8 @@ def speed_over_width(widths: tuple[int, ...], variants, *, vocab_size: int, n_la
         r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
         for v in r.values():
             v["tokens_per_s"] = new_tokens / v["timing"].median
-        r[next(iter(r))]["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+        r[next(iter(r))]["weight_bytes"] = sum(p.numel() * p.element_size()
+                                               for p in model.parameters())
         out[w] = r
     return out
 
@@ -164,7 +174,8 @@ def batch_speed(model: DecoderLM, *, batches: tuple[int, ...], prompt_len: int, 
         raise ValueError(f"batches must be batch sizes >= 1, got {batches}")
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.cfg.vocab_size, (max(batches), prompt_len), generator=g)
-    fns = {b: functools.partial(generate_cached, model, prompt[:b], new_tokens=new_tokens) for b in batches}
+    fns = {b: functools.partial(generate_cached, model, prompt[:b], new_tokens=new_tokens)
+           for b in batches}
     r = bench.compare(fns, warmup=1, repeats=repeats, rotate=True)
     return {b: {"timing": r[b]["timing"], "tokens_per_s": new_tokens * b / r[b]["timing"].median,
                 "per_sequence_tokens_per_s": new_tokens / r[b]["timing"].median} for b in batches}
@@ -182,11 +193,13 @@ def pass_cost(model: DecoderLM, prompt: torch.Tensor, *, positions: int, repeats
     n = prompt.shape[1]
     cache = KVCache(model.cfg, batch=1, max_len=n + positions)
     model(prompt, cache=cache)
-    new = torch.randint(0, model.cfg.vocab_size, (1, positions), generator=torch.Generator().manual_seed(0))
+    new = torch.randint(0, model.cfg.vocab_size, (1, positions),
+                        generator=torch.Generator().manual_seed(0))
 
     def step(k):
         cache.truncate(n)                       # forget the last pass's positions
         return model(new[:, :k], cache=cache)
-    r = bench.compare({"many": functools.partial(step, positions), "one": functools.partial(step, 1)},
+    r = bench.compare({"many": functools.partial(step, positions),
+                       "one": functools.partial(step, 1)},
                       warmup=2, repeats=repeats, rotate=True)
     return r["one"]["speedup"]                  # time(many) ÷ time(one)

@@ -124,12 +124,15 @@ def train_decoders(corpus: Corpus, recipe: DecoderRecipe = DecoderRecipe(), *,
 NAMES = tuple(target_name(kv) for kv in KV_HEADS) + ("draft",)
 
 
-def save_decoders(trained: dict[str, tuple[DecoderLM, dict]], directory: Path = WEIGHTS_DIR) -> list[Path]:
-    return [save(model, info, name=name, directory=directory) for name, (model, info) in trained.items()]
+def save_decoders(trained: dict[str, tuple[DecoderLM, dict]], directory: Path = WEIGHTS_DIR
+                  ) -> list[Path]:
+    return [save(model, info, name=name, directory=directory)
+            for name, (model, info) in trained.items()]
 
 
 def load_decoders(corpus: Corpus, *, smoke: bool = False, directory: Path = WEIGHTS_DIR,
-                  progress: bool = True, stand_in_steps: int = 30) -> tuple[dict[str, DecoderLM], dict]:
+                  progress: bool = True, stand_in_steps: int = 30
+                  ) -> tuple[dict[str, DecoderLM], dict]:
     """The stored decoders (eval mode, CPU) by name (``NAMES``) and their manifests. Without a
     valid set: the recipe's training now on the whole corpus (about 5 minutes, with progress
     bars), or in smoke mode stand-ins trained ``stand_in_steps`` steps each on ``corpus``, whose
@@ -149,11 +152,13 @@ def load_decoders(corpus: Corpus, *, smoke: bool = False, directory: Path = WEIG
         quick = lambda t: replace(t, steps=stand_in_steps)   # noqa: E731
         recipe = replace(recipe, pretrain=quick(recipe.pretrain), uptrain=quick(recipe.uptrain),
                          draft_training=quick(recipe.draft_training))
-        source = f"stand-ins trained {stand_in_steps} steps each (no checkpoint stored): they mean little"
+        source = (f"stand-ins trained {stand_in_steps} steps each (no checkpoint stored): "
+                  "they mean little")
     else:
         print("No valid decoder checkpoints found: training them now (about 5 minutes on 2 cores).")
         source = "trained now"
-        corpus = load_corpus()          # the recipe's stream: the whole corpus, whatever the lesson loaded
+        # the recipe's stream: the whole corpus, whatever the lesson loaded
+        corpus = load_corpus()
     trained = train_decoders(corpus, recipe, progress=progress)
     return ({n: m for n, (m, _) in trained.items()},
             {n: {**info, "source": source} for n, (_, info) in trained.items()})
@@ -185,7 +190,8 @@ def gqa_uptrain_evidence(corpus: Corpus, *, seeds: tuple[int, ...] = (1, 2, 3),
                   "uptrain_steps": recipe.uptrain.steps, "pretrain_steps": recipe.pretrain.steps,
                   "test_reviews": len(corpus.test),
                   "converted_only": {str(kv): {"perplexity": perplexity(nll),
-                                               "ratio": _ratio_dict(perplexity_ratio(nll, converted[recipe.n_heads]))}
+                                               "ratio": _ratio_dict(perplexity_ratio(
+                                                   nll, converted[recipe.n_heads]))}
                                      for kv, nll in converted.items()},
                   "runs": []}
     for steps in budgets:
@@ -233,5 +239,6 @@ def gqa_sweep(evidence: dict) -> dict[int, dict[int, Ratio]]:
             test = sum((r["se"] / r["value"]) ** 2 for r in rows) / len(rows)
             seeds_var = logs.se ** 2 if math.isfinite(logs.se) else 0.0
             value = math.exp(logs.value)
-            out[kv][steps] = Ratio(value, value * math.sqrt(seeds_var + test), max(1, len(rows) - 1))
+            out[kv][steps] = Ratio(value, value * math.sqrt(seeds_var + test),
+                                   max(1, len(rows) - 1))
     return out

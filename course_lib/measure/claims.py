@@ -22,7 +22,8 @@ ACCURACY_TOLERANCE_POINTS = {
     "prune": 1.0,    # pruning (lesson 05); the ladder's pruned rung gets a short fine-tune too
     "distill": 2.0,  # a distilled student against its teacher (lessons 06 and 14)
     "int8": 1.0,     # dynamic int8 against FP32, "without significantly lowering accuracy" (07)
-    "order": 1.0,    # a batch order (the article's sorted, never-shuffled batches) against shuffled (02)
+    "order": 1.0,    # a batch order (the article's sorted, never-shuffled batches) against
+                     # shuffled (02)
 }
 PRUNE_TOLERANCE = ACCURACY_TOLERANCE_POINTS["prune"]
 DISTILL_TOLERANCE = ACCURACY_TOLERANCE_POINTS["distill"]
@@ -33,8 +34,8 @@ ARTICLES = {"000": "Transformer OOM and acceleration strategies (padding, batchi
             "004": "Optimizing large Transformers: ten techniques",
             # Lesson 16 (generation) answers the works learners read on it, quoted as written:
             "Raschka": "S. Raschka, LLMs-from-scratch, ch04/03_kv-cache/README.md (the KV cache)",
-            "Ainslie": "J. Ainslie et al., GQA: Training Generalized Multi-Query Transformer Models "
-                       "from Multi-Head Checkpoints (EMNLP 2023), abstract",
+            "Ainslie": "J. Ainslie et al., GQA: Training Generalized Multi-Query Transformer "
+                       "Models from Multi-Head Checkpoints (EMNLP 2023), abstract",
             "Leviathan": "Y. Leviathan, M. Kalman, Y. Matias, Fast Inference from Transformers via "
                          "Speculative Decoding (ICML 2023), abstract"}
 
@@ -106,7 +107,8 @@ _CLAIMS = [
                                             "plus, with attention as written, heads × L² scores: "
                                             "the L² term wins once L is large against the width. "
                                             "A fused kernel (SDPA) keeps no L² scores, only the "
-                                            "ALiBi bias, one heads × L² tensor shared by the batch"),
+                                            "ALiBi bias, one heads × L² tensor shared by the "
+                                            "batch"),
           value_format=".2f",
           exact_measurement="the bytes are what autograd saves for backward, counted by hooks on a "
                             "real forward pass of each attention: a kernel that stored the scores "
@@ -133,7 +135,8 @@ _CLAIMS = [
           "Dynamic padding (pad each batch to its own longest sequence) speeds up processing.",
           "01_padding",
           Rule("inference speed-up of dynamic padding over padding to 512 (×; the geometric mean "
-               "over random test batches of each batch's interleaved speed-up)", ">=", 1.1, log=True),
+               "over random test batches of each batch's interleaved speed-up)", ">=", 1.1,
+               log=True),
           Condition("batch size",
                     why="a batch is as wide as its longest review: the more reviews it holds, the "
                         "nearer that is to 512 and the less dynamic padding saves"),
@@ -162,9 +165,9 @@ _CLAIMS = [
                "batches minus on shuffled buckets (points; same reviews, initialisation and "
                "schedule, paired by seed)", ">=", -ORDER_TOLERANCE),
           Condition("a budget of", "epochs", over="training budget",
-                    why="the sorted order ends every epoch on the longest reviews, the same way each "
-                        "time; what that costs can change as training goes on, so it is judged at "
-                        "budgets up to where test accuracy stops improving"),
+                    why="the sorted order ends every epoch on the longest reviews, the same way "
+                        "each time; what that costs can change as training goes on, so it is "
+                        "judged at budgets up to where test accuracy stops improving"),
           value_format="+.1f",
           axis="sorted − bucketed accuracy (points)"),
     Claim("fp16_faster_training", "000",
@@ -376,7 +379,8 @@ _CLAIMS = [
           Rule("mean test accuracy over the run (the area under the learning curve: "
                "convergence speed) of the best of Adam/AdamW/LAMB minus the best SGD variant, "
                "each at the best of a learning-rate grid chosen on the validation split, same "
-               "steps, schedule and seeds, no gradient clipping (points, paired by seed)", ">=", 2.0),
+               "steps, schedule and seeds, no gradient clipping (points, paired by seed)",
+               ">=", 2.0),
           Condition("a budget of", "steps", over="training budget",
                     why="how soon a run gets good depends on how long it is: over a few dozen "
                         "steps the optimizer whose first steps are largest leads; given enough "
@@ -460,7 +464,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
 _DEMONSTRATIONS = [
     Demonstration("params_drive_memory", "000",
                   "參數數量龐大：Transformer模型通常包含大量的參數……這些參數需要大量的內存來存儲權重和梯度。",
-                  "The many parameters are why Transformers run out of memory (weights and gradients).",
+                  "The many parameters are why Transformers run out of memory (weights and "
+                  "gradients).",
                   "00_welcome",
                   "parameter state (FP32 weights, gradients, AdamW's two moments) against the "
                   "activations training stores, for the teacher's shape at widths 64 to 8,192, on "
@@ -540,7 +545,9 @@ _DEMONSTRATIONS = [
                   "model.half() breaks on the optimizer's arithmetic, not on regression: 1e-8 "
                   "rounds to 0 in FP16, so a weight whose gradient is exactly 0 gets the update "
                   "0 / (0 + 0) = NaN, whatever the task",
-                  formula="FP16's smallest subnormal is 2⁻²⁴ ≈ 6.0e-8, so eps = 1e-8 is stored as 0, and a weight whose gradient is 0 gets the update m̂ / (√v̂ + eps) = 0 / (0 + 0) = NaN"),
+                  formula="FP16's smallest subnormal is 2⁻²⁴ ≈ 6.0e-8, so eps = 1e-8 is "
+                          "stored as 0, and a weight whose gradient is 0 gets the update "
+                          "m̂ / (√v̂ + eps) = 0 / (0 + 0) = NaN"),
     Demonstration("masks_do_not_shrink", "004",
                   "去除冗余的参数和连接，可以大幅减小模型大小",
                   "Pruning greatly shrinks the model (done with torch.nn.utils.prune's masks).",
@@ -550,7 +557,9 @@ _DEMONSTRATIONS = [
                   "model's; after prune.remove they equal the dense model's (to within 1%)",
                   "false for masks: they are how pruning is found, not how it is stored; the "
                   "size falls only when the zeros leave (structure removed, or a sparse format)",
-                  formula="a pruned tensor of n weights stores weight_orig (4·n bytes) and a float weight_mask (4·n): twice its dense bytes; after prune.remove, 4·n again"),
+                  formula="a pruned tensor of n weights stores weight_orig (4·n bytes) and a float "
+                          "weight_mask (4·n): twice its dense bytes; "
+                          "after prune.remove, 4·n again"),
     Demonstration("masks_keep_dense_compute", "004",
                   "去除冗余的参数和连接，可以大幅减小……计算复杂度",
                   "Pruning greatly cuts the computation (done with torch.nn.utils.prune's masks).",
@@ -560,7 +569,8 @@ _DEMONSTRATIONS = [
                   "each call: the same matrix products plus one multiply per weight",
                   "false for masks: the zeros are multiplied like any other number, so the "
                   "masked model does at least the dense model's work",
-                  formula="a masked Linear does the dense matmul's 2·n·tokens FLOPs, plus n multiplies for weight_orig * weight_mask before each call"),
+                  formula="a masked Linear does the dense matmul's 2·n·tokens FLOPs, plus n "
+                          "multiplies for weight_orig * weight_mask before each call"),
     Demonstration("ddp_equals_large_batch", "004",
                   "分布式训练……可以显著缩短训练时间，同时提高模型的稳定性和鲁棒性。",
                   "Distributed training ... makes the model more stable and robust (than what?).",
@@ -570,7 +580,10 @@ _DEMONSTRATIONS = [
                   "plain-SGD steps, to float rounding (largest difference ≤ 1e-4)",
                   "DDP itself makes no model steadier: it computes the large-batch update, so its "
                   "stability is the large batch's, which the claim's verdict measures",
-                  formula="the gradient of the mean loss over N·b examples is the mean over the N ranks of each rank's gradient over its b: ∇(1/(N·b) Σ ℓ) = 1/N Σ_rank ∇(1/b Σ_rank ℓ), which is what DDP's all-reduce averages"),
+                  formula="the gradient of the mean loss over N·b examples is the mean over the N "
+                          "ranks of each rank's gradient over its b: "
+                          "∇(1/(N·b) Σ ℓ) = 1/N Σ_rank ∇(1/b Σ_rank ℓ), "
+                          "which is what DDP's all-reduce averages"),
     Demonstration("float_layouts", "000",
                   "雙精度(FP64)……有效精度為52位。單精度(FP32)……有效精度為23位。半精度(FP16)……有效精度為10位。",
                   "FP64/FP32/FP16 have 52/23/10 bits of precision.",
@@ -579,7 +592,8 @@ _DEMONSTRATIONS = [
                   "article's numbers",
                   "true of the stored fraction bits; the precision of a normal number is one bit "
                   "more (53, 24, 11), because the leading 1 is implicit",
-                  formula="precision = stored fraction bits + 1 (the implicit leading 1 of a normal number): 52 + 1, 23 + 1, 10 + 1"),
+                  formula="precision = stored fraction bits + 1 (the implicit leading 1 of a "
+                          "normal number): 52 + 1, 23 + 1, 10 + 1"),
 ]
 DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
 

@@ -8,8 +8,9 @@ and can run at most at ``min(peak_flops, I * bandwidth)``. Below the *ridge poin
 
 Both ceilings are **measured estimates**, not datasheet numbers: the peak is the best rate of a
 large square matmul in the format asked for (``2 n^3`` FLOPs; FP32 by default, and a 16-bit
-ceiling measured in bf16/fp16, never assumed equal to the FP32 one), the bandwidth that of a large tensor copy (read +
-write, ``2 * bytes``). Vendors' peaks are higher; a real kernel rarely beats a good matmul.
+ceiling measured in bf16/fp16, never assumed equal to the FP32 one), the bandwidth that of a large
+tensor copy (read + write, ``2 * bytes``). Vendors' peaks are higher; a real kernel rarely beats a
+good matmul.
 
 Model FLOPs follow Kaplan et al., "Scaling Laws for Neural Language Models" (2020), section
 2.1: a forward pass costs 2 FLOPs per weight per token (multiply + add) plus the attention
@@ -98,7 +99,8 @@ class Op:
 
 def _linear(name: str, tokens: int, d_in: int, d_out: int, e: int) -> Op:
     # read the input and the weight, write the output
-    return Op(name, 2.0 * tokens * d_in * d_out, e * (tokens * d_in + d_in * d_out + tokens * d_out))
+    return Op(name, 2.0 * tokens * d_in * d_out,
+              e * (tokens * d_in + d_in * d_out + tokens * d_out))
 
 
 def encoder_layer_ops(cfg: EncoderConfig, *, batch: int, length: int,
@@ -122,7 +124,8 @@ def encoder_layer_ops(cfg: EncoderConfig, *, batch: int, length: int,
         _linear("output projection", n, d, d, e),
         Op("residual + LayerNorm", 10.0 * n * d, e * 3 * n * d),
         _linear("FFN up", n, d, f, e),
-        Op("GELU", 8.0 * n * f, e * 2 * n * f),   # erf GELU: about 8 operations per element (an estimate)
+        Op("GELU", 8.0 * n * f, e * 2 * n * f),   # erf GELU: about 8 operations per element
+                                                  # (an estimate)
         _linear("FFN down", n, f, d, e),
         Op("residual + LayerNorm 2", 10.0 * n * d, e * 3 * n * d),
     ]

@@ -44,7 +44,8 @@ def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tens
     model.train()
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-                torch.amp.autocast(device_type=ids.device.type, dtype=autocast_dtype or torch.float32,
+                torch.amp.autocast(device_type=ids.device.type,
+                                   dtype=autocast_dtype or torch.float32,
                                    enabled=autocast_dtype is not None):
             out = model(ids, mask)
         del out   # the graph (and what it saved) is freed here; nothing runs backward
@@ -64,7 +65,8 @@ def growth_exponent(small: float, large: float, *, length_small: int, length_lar
     if not (small > 0 and large > 0):
         raise ValueError(f"memory values must be > 0, got {small} and {large}")
     if not 0 < length_small < length_large:
-        raise ValueError(f"need 0 < length_small < length_large, got {length_small}, {length_large}")
+        raise ValueError("need 0 < length_small < length_large, "
+                         f"got {length_small}, {length_large}")
     return math.log(large / small) / math.log(length_large / length_small)
 
 
@@ -87,7 +89,8 @@ def memory_by_width(vocab_size: int, widths, *, batch: int, length: int, n_layer
         m = build_model(vocab_size, preset="teacher", seed=0, d_model=w, d_ff=2 * w,
                         n_heads=heads, n_layers=n_layers, max_len=max(512, length))
         for b in (1, 2):
-            ids = torch.randint(2, vocab_size, (b, length), generator=torch.Generator().manual_seed(0))
+            ids = torch.randint(2, vocab_size, (b, length),
+                                generator=torch.Generator().manual_seed(0))
             counts[w, b] = saved_activation_bytes(m, ids, torch.ones_like(ids, dtype=torch.bool))
     per_batch = {w: counts[w, 2] - counts[w, 1] for w in (64, 128)}    # a + b·width
     shared = counts[64, 1] - per_batch[64]                               # c
@@ -95,7 +98,8 @@ def memory_by_width(vocab_size: int, widths, *, batch: int, length: int, n_layer
     rows = []
     for w in widths:
         if w % heads or (w // heads) % 2:
-            raise ValueError(f"widths must be multiples of {2 * heads} ({heads} heads of even size), got {w}")
+            raise ValueError(f"widths must be multiples of {2 * heads} "
+                             f"({heads} heads of even size), got {w}")
         with torch.device("meta"):
             params = count_parameters(build_model(vocab_size, preset="teacher", d_model=w,
                                                   d_ff=2 * w, n_heads=heads, n_layers=n_layers))

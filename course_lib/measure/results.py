@@ -106,8 +106,8 @@ class Recorder:
 
     def skip(self, section: str, *, needs: str, reason: str, claim: str | None = None) -> None:
         """Note that ``section`` did not run here because it ``needs`` other hardware; with
-        ``claim`` (a ``course_lib.measure.claims`` id), that claim is *not judged here* (a GPU claim is
-        not refuted by a CPU), and the report says so instead of "not run"."""
+        ``claim`` (a ``course_lib.measure.claims`` id), that claim is *not judged here* (a GPU claim
+        is not refuted by a CPU), and the report says so instead of "not run"."""
         if not _NAME.match(section):
             raise ValueError(f"section must be snake_case ([a-z][a-z0-9_]*), got {section!r}")
         if needs not in NEEDS:

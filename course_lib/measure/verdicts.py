@@ -127,7 +127,8 @@ def t_quantile(p: float, dof: float) -> float:
     def cdf(t: float, n: int = 400) -> float:       # 0.5 + the density's integral over [0, t]
         f = lambda x: c * (1 + x * x / dof) ** (-(dof + 1) / 2)   # noqa: E731
         h = t / n
-        return 0.5 + h / 3 * (f(0) + f(t) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, n)))
+        return 0.5 + h / 3 * (f(0) + f(t) + sum((4 if i % 2 else 2) * f(i * h)
+                                                for i in range(1, n)))
 
     lo, hi = 0.0, 1.0
     while cdf(hi) < p:
@@ -179,8 +180,10 @@ class Rule:
         else:
             lo, hi = value - m, value + m
         if self.direction == ">=":
-            return "holds" if lo >= self.threshold else "fails" if hi < self.threshold else "inconclusive"
-        return "holds" if hi <= self.threshold else "fails" if lo > self.threshold else "inconclusive"
+            return ("holds" if lo >= self.threshold else "fails" if hi < self.threshold
+                    else "inconclusive")
+        return ("holds" if hi <= self.threshold else "fails" if lo > self.threshold
+                else "inconclusive")
 
     def text(self, *, exact: bool = False) -> str:
         """The rule in words: what is measured, then the bar; ``exact``: the measurement is a
@@ -190,8 +193,8 @@ class Rule:
             return f"measured: {self.quantity}; holds if {bar} (an exact count: no noise)"
         scale = ", on the log scale: ratios multiply" if self.log else ""
         return (f"measured: {self.quantity}; holds if {bar} with the whole {self.confidence:.0%} "
-                f"interval (Student's t{scale}) on that side, fails if the whole interval is on the "
-                f"other")
+                f"interval (Student's t{scale}) on that side, fails if the whole interval is on "
+                f"the other")
 
 
 def exact(value: float) -> Estimate:
@@ -273,8 +276,9 @@ def regression_total(times: Sequence[float], x: Sequence[float], population: Seq
     summed over the population. Its standard error comes from the fit's residuals, the timing
     noise around the width model, not from the widths the sample covers by design
     (``g' Σ g`` with ``g`` the population's summed design row and Σ the fit's sandwich
-    covariance, which lets the noise grow with the width); n - 3 degrees of freedom. Fewer than 4 samples, or fewer than 3 distinct x: the mean scaled to the
-    population, with an infinite error."""
+    covariance, which lets the noise grow with the width); n - 3 degrees of freedom. Fewer than 4
+    samples, or fewer than 3 distinct x: the mean scaled to the population, with an infinite
+    error."""
     if not _check_fit_inputs(times, x, population):
         return Estimate(statistics.fmean(times) * len(population), math.inf, 1.0)
     beta, cov, scale, dof = _quadratic_fit(times, x)

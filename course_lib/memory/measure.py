@@ -218,7 +218,8 @@ def allocations_by_layer(model: nn.Module, batch: dict, opt: torch.optim.Optimiz
     for module in layers:
         hooks += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
     try:
-        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
+                                      profile_memory=True) as prof:
             train_step(model, batch, opt, device="cpu", dtype=None,
                        loss_fn=task_loss("classification"), grad_clip=None)
     finally:

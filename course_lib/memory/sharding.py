@@ -38,7 +38,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from course_lib.core.model import build_model
 from course_lib.memory.anatomy import Setup
 
-__all__ = ["STRATEGIES", "MODULE", "COLLECTIVES", "ShardConfig", "CollectiveCounter", "traffic", "train_rank", "worker_args", "main"]
+__all__ = ["STRATEGIES", "MODULE", "COLLECTIVES", "ShardConfig", "CollectiveCounter", "traffic",
+           "train_rank", "worker_args", "main"]
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 MODULE = "course_lib.memory.sharding"

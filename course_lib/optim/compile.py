@@ -162,7 +162,8 @@ def graph_breaks(fn: Callable, args: Sequence) -> dict:
             out = torch._dynamo.explain(fn)(*args)
     finally:
         torch.compiler.reset()
-    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:160] for b in out.break_reasons]
+    reasons = [str(getattr(b, "reason", b)).strip().splitlines()[0][:160]
+               for b in out.break_reasons]
     return {"graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
 
 

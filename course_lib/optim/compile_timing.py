@@ -20,7 +20,8 @@ from course_lib.core.precision import precision_of
 from course_lib.measure import bench
 from course_lib.measure.verdicts import Estimate
 
-__all__ = ["autocast_context", "inference_fn", "training_step", "eager_vs_compiled", "payback_calls"]
+__all__ = ["autocast_context", "inference_fn", "training_step", "eager_vs_compiled",
+           "payback_calls"]
 
 
 def autocast_context(device: torch.device | str, dtype: torch.dtype | None):
@@ -64,7 +65,8 @@ def eager_vs_compiled(eager: Callable[[], object], compiled: Callable[[], object
     return bench.compare({"eager": eager, "compiled": compiled}, repeats=repeats, device=device)
 
 
-def payback_calls(first_call_seconds: float, eager_seconds: float, compiled_seconds: float) -> float | None:
+def payback_calls(first_call_seconds: float, eager_seconds: float, compiled_seconds: float
+                  ) -> float | None:
     """Calls after which compiling has paid for itself: the first call's cost over the time
     saved per call (None when the compiled call saves nothing: it never pays back)."""
     if first_call_seconds < 0 or eager_seconds <= 0 or compiled_seconds <= 0:

@@ -39,7 +39,7 @@ class RunResult:
     curve_steps: list[int] = field(default_factory=list)
     curve_accuracy: list[float] = field(default_factory=list)   # on the selection split
     final_accuracy: float = float("nan")
-    seconds: float = 0.0                                         # the whole run, evaluation included
+    seconds: float = 0.0                                        # the whole run, evaluation included
     score_accuracy: list[float] = field(default_factory=list)   # on the scoring split, same steps
     curve_seconds: list[float] = field(default_factory=list)    # training seconds at each point
 
@@ -47,12 +47,14 @@ class RunResult:
     def curve_mean(self) -> float:
         """Mean validation accuracy over the evaluated steps: the area under the learning
         curve per step. Higher means it got good sooner (convergence speed in one number)."""
-        return sum(self.curve_accuracy) / len(self.curve_accuracy) if self.curve_accuracy else float("nan")
+        return (sum(self.curve_accuracy) / len(self.curve_accuracy) if self.curve_accuracy
+                else float("nan"))
 
     @property
     def score_mean(self) -> float:
         """``curve_mean`` on the scoring split (NaN without one)."""
-        return sum(self.score_accuracy) / len(self.score_accuracy) if self.score_accuracy else float("nan")
+        return (sum(self.score_accuracy) / len(self.score_accuracy) if self.score_accuracy
+                else float("nan"))
 
     @property
     def train_seconds(self) -> float:
@@ -81,7 +83,8 @@ class RaceSetup:
         return build_model(self.vocab_size, preset=self.preset, max_len=self.max_len, seed=seed)
 
     def loader(self, seed: int):
-        return make_loader(self.train_data, batch_size=self.batch_size, seed=seed, max_length=self.max_len)
+        return make_loader(self.train_data, batch_size=self.batch_size, seed=seed,
+                           max_length=self.max_len)
 
 
 def run_budget(build_model: Callable[[int], nn.Module], make_loader: Callable[[int], object],
@@ -185,7 +188,8 @@ def lr_grid(grid: dict[str, Sequence[float]], **common) -> dict[str, dict]:
             for name, lrs in grid.items() for lr in lrs}
 
 
-def best_per_optimizer(summary: dict[str, dict], *, key: str = "mean_curve_accuracy") -> dict[str, str]:
+def best_per_optimizer(summary: dict[str, dict], *, key: str = "mean_curve_accuracy"
+                       ) -> dict[str, str]:
     """For specs named ``"<optimizer>@<lr>"``, the spec with the highest ``key`` per optimizer."""
     best: dict[str, str] = {}
     for spec, row in summary.items():
@@ -219,15 +223,18 @@ def extend_grid(grid: dict[str, Sequence[float]], edges: dict[str, str]) -> dict
     return new
 
 
-def race(setup_model: Callable[[int], nn.Module], setup_loader: Callable[[int], object], val_loader, *,
+def race(setup_model: Callable[[int], nn.Module], setup_loader: Callable[[int], object],
+         val_loader, *,
          grid: dict[str, Sequence[float]], common: dict[str, dict] | None = None,
-         extend_rounds: int = 1, **run_kw) -> tuple[list[RunResult], dict[str, list[float]], dict[str, str]]:
+         extend_rounds: int = 1, **run_kw
+         ) -> tuple[list[RunResult], dict[str, list[float]], dict[str, str]]:
     """``run_budget`` over ``lr_grid(grid)``, then up to ``extend_rounds`` rounds that add one
     learning rate past every grid edge where the best one sits (chosen on ``val_loader``).
     Returns the runs, the final grid and the edges still holding the best value."""
     common = common or {}
     grid = {k: sorted(v) for k, v in grid.items()}
-    runs = run_budget(setup_model, setup_loader, val_loader, specs=lr_grid(grid, **common), **run_kw)
+    runs = run_budget(setup_model, setup_loader, val_loader, specs=lr_grid(grid, **common),
+                      **run_kw)
     edges = grid_edges(best_per_optimizer(summarize(runs)), grid)
     for _ in range(extend_rounds):
         if not edges:

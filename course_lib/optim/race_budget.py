@@ -22,7 +22,8 @@ from course_lib.core.data import CorpusConfig, load_corpus
 from course_lib.measure.verdicts import Estimate, mean_and_se
 from course_lib.optim.race import RaceSetup, lr_grid, run_budget
 
-__all__ = ["BUDGETS", "GRID", "ADAPTIVE", "PLAIN", "race_corpus", "run", "from_evidence", "budget_figure"]
+__all__ = ["BUDGETS", "GRID", "ADAPTIVE", "PLAIN", "race_corpus", "run", "from_evidence",
+           "budget_figure"]
 
 BUDGETS = (64, 256)   # training steps of batch 32 (2 and 8 epochs); the live lesson runs the first
 GRID = {"sgd": [0.1, 0.3, 1.0], "sgd_momentum": [0.03, 0.1, 0.3],
@@ -87,8 +88,9 @@ def run(*, seeds: Sequence[int] = (0, 1, 2, 3), budgets: Sequence[int] = BUDGETS
         import multiprocessing as mp
 
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            parts = list(pool.map(_runs_of, seeds, *([x] * len(seeds) for x in
-                                                     (budgets, grid, scale, max_len, 1, _printing))))
+            parts = list(pool.map(_runs_of, seeds,
+                                  *([x] * len(seeds)
+                                    for x in (budgets, grid, scale, max_len, 1, _printing))))
     runs = sorted((r for part, _ in parts for r in part), key=lambda r: (r["budget"], r["seed"]))
     return {"setup": {"preset": "student", "max_len": max_len, "batch_size": 32,
                       "corpus_scale": scale, "corpus": SIMPLE, **parts[0][1],
@@ -118,15 +120,18 @@ def from_evidence(body: dict) -> dict[int, dict]:
             name = spec.split("@")[0]
             if name not in best or v > val[best[name]]:
                 best[name] = spec
-        score = {name: _mean([_mean(r["test"]) for r in by_spec[spec]]) for name, spec in best.items()}
+        score = {name: _mean([_mean(r["test"]) for r in by_spec[spec]])
+                 for name, spec in best.items()}
         adaptive = max((n for n in ADAPTIVE if n in best), key=lambda n: val[best[n]])
         plain = max((n for n in PLAIN if n in best), key=lambda n: val[best[n]])
-        seed_of = lambda spec: {r["seed"]: _mean(r["test"]) for r in by_spec[spec]}
+        def seed_of(spec):
+            return {r["seed"]: _mean(r["test"]) for r in by_spec[spec]}
         a, p = seed_of(best[adaptive]), seed_of(best[plain])
         gap: Estimate = mean_and_se([100 * (a[s] - p[s]) for s in sorted(a) if s in p])
         final = {name: _mean([r["test"][-1] for r in by_spec[spec]]) for name, spec in best.items()}
         edges = {}
-        for name, spec in best.items():        # a best rate on the grid's edge: the optimum may lie beyond
+        # a best rate on the grid's edge: the optimum may lie beyond
+        for name, spec in best.items():
             lrs = sorted(float(s.split("@")[1]) for s in by_spec if s.split("@")[0] == name)
             lr = float(spec.split("@")[1])
             if len(lrs) > 1 and lr in (lrs[0], lrs[-1]):

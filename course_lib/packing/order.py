@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from course_lib.core.batching import BucketBatchSampler, NoisySortBatchSampler, UniformLengthBatchSampler
+from course_lib.core.batching import (BucketBatchSampler, NoisySortBatchSampler,
+                                      UniformLengthBatchSampler)
 from course_lib.core.model import build_model
 from course_lib.core.padding import Collate
 from course_lib.core.train import History, TrainConfig, train
@@ -35,7 +36,8 @@ def sampler(arm: str, lengths: Sequence[int], *, batch_size: int, seed: int,
     if arm == "sorted, no shuffle":
         return UniformLengthBatchSampler(lengths, batch_size=batch_size, shuffle=False)
     if arm == "bucketed, shuffled":
-        return BucketBatchSampler(lengths, batch_size=batch_size, megabatch_size=megabatch, seed=seed)
+        return BucketBatchSampler(lengths, batch_size=batch_size, megabatch_size=megabatch,
+                                  seed=seed)
     if arm == "noisy sort, shuffled":
         return NoisySortBatchSampler(lengths, batch_size=batch_size, noise=noise, seed=seed)
     raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
@@ -64,8 +66,8 @@ def from_evidence(evidence: dict, *, tolerance: float = 1.0) -> dict:
     ``"accuracy"`` {(epochs, arm): {seed: test accuracy}}, ``"mean"`` {(epochs, arm): mean},
     ``"pairs"`` {epochs: [sorted minus bucketed, points, one per seed]}, ``"difference"``
     {epochs: ``Estimate`` of that mean}, ``"seeds_needed"`` {epochs: seeds a 95% interval of
-    ± ``tolerance`` points would need (Student's t), from the spread of the paired differences}, plus
-    ``"budgets"``, ``"arms"`` and ``"seeds"`` (the number of seeds)."""
+    ± ``tolerance`` points would need (Student's t), from the spread of the paired differences},
+    plus ``"budgets"``, ``"arms"`` and ``"seeds"`` (the number of seeds)."""
     import statistics
 
     from course_lib.measure.verdicts import mean_and_se, seeds_for_interval
@@ -78,7 +80,8 @@ def from_evidence(evidence: dict, *, tolerance: float = 1.0) -> dict:
         acc.setdefault((r["epochs"], r["arm"]), {})[r["seed"]] = r["test_accuracy"]
     pairs = {b: [100 * (acc[b, arms[0]][s] - acc[b, arms[1]][s]) for s in sorted(acc[b, arms[0]])]
              for b in budgets}
-    return {"budgets": budgets, "arms": arms, "accuracy": acc, "seeds": len(acc[budgets[0], arms[0]]),
+    return {"budgets": budgets, "arms": arms, "accuracy": acc,
+            "seeds": len(acc[budgets[0], arms[0]]),
             "mean": {k: statistics.fmean(v.values()) for k, v in acc.items()},
             "pairs": pairs, "difference": {b: mean_and_se(d) for b, d in pairs.items()},
             "seeds_needed": {b: seeds_for_interval(d, tolerance) for b, d in pairs.items()}}

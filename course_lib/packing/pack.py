@@ -188,7 +188,8 @@ class PackingBatchSampler(_PlannedBatchSampler):
                 raise ValueError(f"{name} must be >= 1, got {v}")
         super().__init__(lengths, drop_last=False, shuffle=shuffle, seed=seed,
                          generator=generator)
-        self.max_len, self.rows_per_batch, self.megabatch_size = max_len, rows_per_batch, megabatch_size
+        self.max_len, self.rows_per_batch, self.megabatch_size = (max_len, rows_per_batch,
+                                                                  megabatch_size)
 
     def _plan(self) -> list[list[int]]:
         n = len(self.lengths)

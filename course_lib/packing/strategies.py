@@ -22,9 +22,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from course_lib.core.train import make_step_fn
-from course_lib.core.batching import (BucketBatchSampler, NoisySortBatchSampler, TokenBudgetBatchSampler,
-                       UniformLengthBatchSampler, kept_batch_mates, random_batches)
-from course_lib.packing.pack import PackedCollate, PackingBatchSampler, packed_forward, packed_task_loss, packing_efficiency
+from course_lib.core.batching import (BucketBatchSampler, NoisySortBatchSampler,
+                                      TokenBudgetBatchSampler, UniformLengthBatchSampler,
+                                      kept_batch_mates, random_batches)
+from course_lib.packing.pack import (PackedCollate, PackingBatchSampler, packed_forward,
+                                     packed_task_loss, packing_efficiency)
 from course_lib.core.padding import Collate, batches_efficiency
 from course_lib.core.task import to_device
 
@@ -62,7 +64,8 @@ def sampler(name: str, lengths: Sequence[int], cfg: StrategyConfig, *, seed: int
         return NoisySortBatchSampler(lengths, batch_size=cfg.batch_size, noise=cfg.noise, seed=seed)
     if name == "token budget":
         return TokenBudgetBatchSampler(lengths, max_tokens=cfg.max_tokens, seed=seed)
-    return PackingBatchSampler(lengths, max_len=cfg.pack_len, rows_per_batch=cfg.pack_rows, seed=seed)
+    return PackingBatchSampler(lengths, max_len=cfg.pack_len, rows_per_batch=cfg.pack_rows,
+                               seed=seed)
 
 
 def efficiency(name: str, lengths: Sequence[int], plan: Sequence[Sequence[int]],

@@ -8,8 +8,8 @@ multiplied by a scale before ``backward`` (``torch.amp.GradScaler``, Micikeviciu
 clipping, skips any step whose gradients hold inf/NaN and halves the scale, and doubles it after
 ``growth_interval`` clean steps. The ``torch.cuda.amp.*`` spellings are deprecated.
 
-The precision rule (``choose_precision``) matches ``course_lib.core.device.amp_dtype``: BF16 where the
-hardware has fast BF16 (CUDA compute capability >= 8, CPUs with avx512_bf16 or AMX), FP16 with a
+The precision rule (``choose_precision``) matches ``course_lib.core.device.amp_dtype``: BF16 where
+the hardware has fast BF16 (CUDA compute capability >= 8, CPUs with avx512_bf16 or AMX), FP16 with a
 scaler on other CUDA GPUs (Colab's T4), FP32 otherwise.
 """
 from __future__ import annotations
@@ -61,7 +61,8 @@ def amp_train(model: nn.Module, loader: Iterable[dict], *, precision_name: str =
                       warmup_frac=warmup_frac, seed=seed)
     hist = train(model, loader, cfg=cfg, device=device, autocast_dtype=prec.dtype, scaler=scaler,
                  max_steps=steps, inject_inf_at=inject_inf_at, progress=False,
-                 callback=None if callback is None else (lambda step, loss, _: callback(step, loss)))
+                 callback=(None if callback is None
+                           else (lambda step, loss, _: callback(step, loss))))
     return AmpHistory(prec.name, loss=hist.step_loss, scale=hist.step_scale,
                       skipped=hist.step_skipped, step_seconds=hist.step_seconds)
 
@@ -81,7 +82,8 @@ def layer_output_dtypes(model: nn.Module, batch: dict, *, device: torch.device |
     rows: list[tuple[str, str, str]] = []
     hooks = []
     for name, mod in model.named_modules():
-        if name and (not list(mod.children()) or isinstance(mod, (nn.MultiheadAttention, Attention))):
+        if name and (not list(mod.children())
+                     or isinstance(mod, (nn.MultiheadAttention, Attention))):
             def hook(m, _inp, out, name=name):
                 t = out[0] if isinstance(out, tuple) else out
                 if torch.is_tensor(t):

@@ -29,7 +29,8 @@ __all__ = ["TrainingMemory", "training_memory", "memory_ratio", "by_batch"]
 @dataclass(frozen=True)
 class TrainingMemory:
     precision: str
-    parameter_state_bytes: int   # FP32 weights, gradients, AdamW moments (autocast leaves them FP32)
+    parameter_state_bytes: int   # FP32 weights, gradients, AdamW moments (autocast leaves them
+                                 # FP32)
     activation_bytes: int        # saved for backward under autocast, weight casts included
 
     @property

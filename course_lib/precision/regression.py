@@ -47,7 +47,8 @@ RECIPES = ("fp32", "bf16", "fp16", "fp16-pure")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 __all__ = ["RECIPES", "RegressionRun", "train_one", "run", "sweep", "with_offset",
-           "predict_mean_mae", "from_evidence", "learned", "ratio_to_fp32", "mean_mae", "rounding_floor", "half_adamw_step"]
+           "predict_mean_mae", "from_evidence", "learned", "ratio_to_fp32", "mean_mae",
+           "rounding_floor", "half_adamw_step"]
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,14 @@ def train_one(corpus, recipe: str, *, seed: int, steps: int, length: int, offset
     if pure:
         model.half()
     autocast = "fp32" if pure else recipe
-    hist = amp_train(model, make_loader(data.train, batch_size=batch_size, seed=seed, max_length=length),
+    hist = amp_train(model, make_loader(data.train, batch_size=batch_size, seed=seed,
+                                        max_length=length),
                      precision_name=autocast, device=device, steps=steps, lr=lr, task="regression",
                      seed=seed)
     bad = [i for i, v in enumerate(hist.loss) if not math.isfinite(v)]
     test = make_loader(data.test, batch_size=64, shuffle=False, max_length=length)
-    mae = evaluate_amp(model, test, device=device, task="regression", precision_name=autocast)["mae"]
+    mae = evaluate_amp(model, test, device=device, task="regression",
+                       precision_name=autocast)["mae"]
     return RegressionRun(recipe, seed, mae if math.isfinite(mae) and not bad else math.inf,
                          hist.skipped_steps, bad[0] if bad else None, float(offset))
 
@@ -190,7 +193,8 @@ def half_adamw_step(model: torch.nn.Module, batch: dict, *, eps: float, task: st
     opt = adamw(m, lr=lr)
     for g in opt.param_groups:
         g["eps"] = eps
-    train_step(m, batch, opt, device=next(m.parameters()).device, dtype=None, loss_fn=task_loss(task))
+    train_step(m, batch, opt, device=next(m.parameters()).device, dtype=None,
+               loss_fn=task_loss(task))
     n = sum(p.numel() for p in m.parameters())
     bad = sum(int((~torch.isfinite(p)).sum()) for p in m.parameters())
     return {"eps_in_fp16": float(torch.tensor(eps, dtype=torch.float16)), "nonfinite": bad / n}

@@ -74,7 +74,8 @@ def by_width(vocab_size: int, widths: Iterable[int], batch: dict, *, device: tor
     row also holds its ``"width"``."""
     widths = list(widths)
     if not widths or min(widths) < 8 or any(w % 4 for w in widths):
-        raise ValueError(f"widths must be multiples of 4 (the teacher's 4 heads), at least 8, got {widths}")
+        raise ValueError("widths must be multiples of 4 (the teacher's 4 heads), at least 8, "
+                         f"got {widths}")
     size = batch["input_ids"].shape[0]
     rows = []
     for w in progress(widths):

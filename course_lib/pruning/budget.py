@@ -102,8 +102,8 @@ def from_evidence(evidence: dict) -> dict:
     model, the seeds' spread and the test set's paired noise together (``verdicts.over_seeds``;
     budget 0 is one deterministic model, so the test set's alone), where the evidence stored
     each run's paired error; an evidence run from before that has it at budget 0 only, and its
-    later points carry the seed spread alone. ``"accuracy"`` {(variant, steps): [test accuracy per run]},
-    ``"dense"`` (the dense model's test accuracy), ``"seeds"`` (the number of seeds)."""
+    later points carry the seed spread alone. ``"accuracy"`` {(variant, steps): [test accuracy per
+    run]}, ``"dense"`` (the dense model's test accuracy), ``"seeds"`` (the number of seeds)."""
     from course_lib.measure.verdicts import Estimate, mean_and_se, over_seeds
 
     recipe = evidence["recipe"]

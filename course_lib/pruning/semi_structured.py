@@ -66,7 +66,8 @@ def apply_2_4(model: nn.Module, *, convert: bool = False) -> int:
 def fraction_2_4(weight: torch.Tensor) -> float:
     """Share of the groups of 4 consecutive inputs holding at most 2 non-zeros (1.0 = 2:4)."""
     if weight.dim() != 2 or weight.shape[1] % 4:
-        raise ValueError(f"weight must be 2-D with columns divisible by 4, got {tuple(weight.shape)}")
+        raise ValueError("weight must be 2-D with columns divisible by 4, "
+                         f"got {tuple(weight.shape)}")
     nonzero = (weight.detach() != 0).reshape(weight.shape[0], -1, 4).sum(-1)
     return float((nonzero <= 2).float().mean())
 

@@ -81,7 +81,8 @@ def head_importance(model: EncoderClassifier) -> list[torch.Tensor]:
     h, d = model.cfg.n_heads, model.cfg.head_size
     scores = []
     for block in model.blocks:
-        qkv = torch.cat([effective_weight(block.attn.qkv), block.attn.qkv.bias.detach()[:, None]], 1)
+        qkv = torch.cat([effective_weight(block.attn.qkv),
+                         block.attn.qkv.bias.detach()[:, None]], 1)
         rows = qkv.reshape(3, h, d, -1).permute(1, 0, 2, 3).reshape(h, -1).norm(dim=1)
         cols = effective_weight(block.attn.proj).reshape(-1, h, d).permute(1, 0, 2).reshape(h, -1)
         scores.append((rows * cols.norm(dim=1)).float().cpu())

@@ -25,20 +25,22 @@ def plan(device: torch.device | str, *, has_torchao: bool | None = None) -> tupl
     ``Recorder.skip``. ``has_torchao`` overrides the import check (tests)."""
     device = torch.device(device)
     if device.type != "cuda":
-        return "cuda", (f"no CUDA device here ({device.type}): this comparison is int8 weights against the "
-                        "GPU's 16-bit format (the CPU's int8 is measured above)")
+        return "cuda", (f"no CUDA device here ({device.type}): this comparison is int8 weights "
+                        "against the GPU's 16-bit format (the CPU's int8 is measured above)")
     if not (torchao_available() if has_torchao is None else has_torchao):
-        return "torchao", "torchao is not installed (pip install torchao; make test-gpu installs it)"
+        return "torchao", ("torchao is not installed (pip install torchao; "
+                           "make test-gpu installs it)")
     return None
 
 
-def compare_int8_weight_only(model: torch.nn.Module, batches: dict[str, tuple[torch.Tensor, torch.Tensor]],
+def compare_int8_weight_only(model: torch.nn.Module,
+                             batches: dict[str, tuple[torch.Tensor, torch.Tensor]],
                              test_loader, *, device: torch.device | str, warmup: int = 1,
                              repeats: int = 3) -> dict:
     """The model in 16 bits (BF16 where the GPU has it, else FP16) and in torchao's int8
     weight-only, on ``device``: the latency of each batch in ``batches`` (name -> ids, mask; the
-    two models interleaved, the order rotated), the state_dict bytes and the test accuracy.
-    Returns ``{"dtype", "rows": {model: {"bytes", "accuracy", <batch>_ms}}, "speedup": {batch: x}}``."""
+    two models interleaved, the order rotated), the state_dict bytes and the test accuracy. Returns
+    ``{"dtype", "rows": {model: {"bytes", "accuracy", <batch>_ms}}, "speedup": {batch: x}}``."""
     device = torch.device(device)
     if plan(device) is not None:
         raise RuntimeError(f"int8 on a GPU cannot run here: {plan(device)[1]}")
@@ -55,8 +57,8 @@ def compare_int8_weight_only(model: torch.nn.Module, batches: dict[str, tuple[to
     speedup = {}
     for b, (ids, mask) in batches.items():
         ids, mask = ids.to(device), mask.to(device)
-        res = bench.compare({k: bench.forward_call(m, ids, mask) for k, m in models.items()}, warmup=warmup,
-                            repeats=repeats, device=device, rotate=True)
+        res = bench.compare({k: bench.forward_call(m, ids, mask) for k, m in models.items()},
+                            warmup=warmup, repeats=repeats, device=device, rotate=True)
         for k in models:
             rows[k][f"{b}_ms"] = res[k]["timing"].median * 1e3
         speedup[b] = res["torchao int8 weight-only"]["speedup"].value

@@ -190,7 +190,8 @@ def quantize_dynamic_int8(model: nn.Module, *, per_channel: bool = False,
     torch; both warnings are expected and silenced here only, by message.
     """
     if activation_bits not in (7, 8):
-        raise ValueError(f"activation_bits must be 7 (PyTorch's default) or 8, got {activation_bits}")
+        raise ValueError("activation_bits must be 7 (PyTorch's default) or 8, "
+                         f"got {activation_bits}")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated",
                                 category=DeprecationWarning)
@@ -257,13 +258,15 @@ def emulate_dynamic_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     zero = round(-lo / scale)
     xq = torch.clamp(torch.round(x / scale) + zero, 0, levels).double()
     # symmetric int8 as PyTorch's MinMaxObserver sets it: the largest magnitude over 255 / 2 levels
-    w_scale = (weight.abs().amax(dim=1, keepdim=True) if per_channel else weight.abs().max()) / 127.5
+    w_scale = (weight.abs().amax(dim=1, keepdim=True) if per_channel
+               else weight.abs().max()) / 127.5
     # an all-zero row (a pruned neuron) has no range: the observer's floor keeps 0 / 0 from NaN
     w_scale = w_scale.clamp_min(torch.finfo(torch.float32).eps)
     wq = torch.clamp(torch.round(weight / w_scale), -128, 127).double()
     if saturate_pairs:
         if x.shape[-1] % 2:
-            raise ValueError(f"saturate_pairs needs an even number of input features, got {x.shape[-1]}")
+            raise ValueError("saturate_pairs needs an even number of input features, "
+                             f"got {x.shape[-1]}")
         prod = xq.reshape(-1, 1, x.shape[-1]) * wq.unsqueeze(0)          # (rows, out, in)
         acc = prod.unflatten(-1, (-1, 2)).sum(-1).clamp(-32768, 32767).sum(-1)
         acc = acc.reshape(*x.shape[:-1], weight.shape[0])
@@ -295,7 +298,8 @@ def int8_accumulation(linear: nn.Linear, x: torch.Tensor) -> dict:
         got = quantize_dynamic_int8(nn.Sequential(linear), activation_bits=8)(x)
         w, b = linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
         err = {k: float((got - emulate_dynamic_linear(x, w, b, activation_bits=8,
-                                                      saturate_pairs=k == "int16 pairs")).abs().max())
+                                                      saturate_pairs=k == "int16 pairs"))
+                        .abs().max())
                for k in ("int32", "int16 pairs")}
     tol = 1e-3 * max(float(got.abs().max()), 1e-6)
     both = all(e <= tol for e in err.values())

@@ -165,7 +165,8 @@ def evidence(widths: Sequence[int], batches: Sequence[int], *, rounds: int,
         out["rounds"].append(speedups(widths, batches, formats=formats, warmup=warmup,
                                       repeats=repeats, seed=0))
         log(f"round {i + 1}/{rounds}: " + ", ".join(
-            f"{r['format']} w{r['width']} b{r['batch']} {r['speedup']:.2f}x" for r in out["rounds"][-1]))
+            f"{r['format']} w{r['width']} b{r['batch']} {r['speedup']:.2f}x"
+            for r in out["rounds"][-1]))
     return out
 
 

@@ -23,12 +23,13 @@ __all__ = ["embed_call", "typical_indices", "attention_kernels", "attention_flop
            "noise_at_cosine", "split_by_group", "batches_of"]
 
 
-def embed_call(model, ids: Sequence[torch.Tensor], *, batches: Sequence[Sequence[int]] | None = None,
+def embed_call(model, ids: Sequence[torch.Tensor], *,
+               batches: Sequence[Sequence[int]] | None = None,
                pad_id: int = 0, fixed_length: int | None = None,
                autocast_dtype: torch.dtype | None = None,
                device: torch.device | str = "cpu") -> Callable[[], torch.Tensor]:
-    """A no-argument function that embeds ``ids`` with ``model`` (``real_model.encoder.embed``): what
-    ``bench.compare`` times. ``batches`` defaults to one batch of every id."""
+    """A no-argument function that embeds ``ids`` with ``model`` (``real_model.encoder.embed``):
+    what ``bench.compare`` times. ``batches`` defaults to one batch of every id."""
     plan = [list(range(len(ids)))] if batches is None else batches
     return lambda: R.embed(model, ids, batches=plan, pad_id=pad_id, fixed_length=fixed_length,
                            autocast_dtype=autocast_dtype, device=device)

@@ -141,7 +141,8 @@ def tokenize(tokenizer, texts: Sequence[str], *, max_length: int = 256
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     # verbose=False: no "longer than the maximum" warning; the cut is counted and returned instead
-    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                    verbose=False)["input_ids"]
     cut = sum(max(0, len(x) - max_length) for x in ids)
     keep = [torch.tensor(x[:max_length - 1] + [x[-1]] if len(x) > max_length else x)
             for x in ids]

@@ -153,7 +153,8 @@ def fit_probe(x: torch.Tensor, y: torch.Tensor, *, n_classes: int, alpha: float 
     xd, yd = x.double(), F.one_hot(y, n_classes).double()
     x_mean, y_mean = xd.mean(0), yd.mean(0)
     xc, yc = xd - x_mean, yd - y_mean
-    w = torch.linalg.solve(xc.T @ xc + alpha * torch.eye(x.shape[1], dtype=torch.float64), xc.T @ yc)
+    w = torch.linalg.solve(xc.T @ xc + alpha * torch.eye(x.shape[1], dtype=torch.float64),
+                           xc.T @ yc)
     head = nn.Linear(x.shape[1], n_classes)
     with torch.no_grad():
         head.weight.copy_(w.T)
@@ -240,12 +241,14 @@ def pool_runs(runs: Sequence[Mapping], name: str) -> dict[str, float]:
     k = len(runs)
     pooled = over_seeds(diffs.tolist(), ses.tolist())
     return {"diff_points": pooled.value, "diff_se": pooled.se,
-            "test_se": float(ses.pow(2).mean() ** 0.5), "between_sd": float(diffs.std()) if k > 1 else 0.0,
+            "test_se": float(ses.pow(2).mean() ** 0.5),
+            "between_sd": float(diffs.std()) if k > 1 else 0.0,
             "runs": k, "ratio": float(sum(r["scores"][name]["ratio"] for r in runs) / k),
             "accuracy": float(sum(r["scores"][name]["accuracy"] for r in runs) / k)}
 
 
-FOLDS = 5   # cross-validation folds: each sentence tested once, by a head trained on 80% of the rest
+# cross-validation folds: each sentence tested once, by a head trained on 80% of the rest
+FOLDS = 5
 
 
 def run(build_variants: Callable[[nn.Module], dict[str, nn.Module]], *, reference: str = "FP32",
@@ -306,7 +309,8 @@ def recipes_figure(evidence: Mapping[str, Mapping[str, float]], *, names: Sequen
         es = [1.96 * scores[n]["diff_se"] for n in names if n in scores]
         ax.errorbar(xs, ys, yerr=es, fmt="o", color=colour, capsize=3, label=label)
     ax.axhline(0, color="0.6", lw=0.8)
-    ax.axhline(-tolerance, color="#C44E52", ls="--", lw=1, label=f"the claim's bar: {-tolerance:g} point")
+    ax.axhline(-tolerance, color="#C44E52", ls="--", lw=1,
+               label=f"the claim's bar: {-tolerance:g} point")
     ax.set_xticks(range(len(names)), [n.replace("int8 ", "int8\n", 1).replace(", ", "\n")
                                       .replace(" (", "\n(") for n in names], fontsize=8)
     ax.set_xlabel("recipe")

@@ -55,7 +55,8 @@ def sync(nb_path: Path, *, write: bool, repo_url: str = REPO_URL, branch: str = 
     cells = nb["cells"]
 
     def find(tag):
-        return next((i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])), None)
+        return next((i for i, c in enumerate(cells)
+                     if tag in c.get("metadata", {}).get("tags", [])), None)
 
     ok = True
     for pos, (tag, cell) in enumerate(((BADGE_TAG, badge), (SETUP_TAG, setup))):
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.repo:
         branch = args.branch or "main"
         repo_url = set_repository(args.repo, branch=branch, root=args.root)
-        print(f"repository set to {repo_url} (branch {branch}) in course_lib/tools/colab.py and pyproject.toml")
+        print(f"repository set to {repo_url} (branch {branch}) in course_lib/tools/colab.py "
+              "and pyproject.toml")
     elif args.branch:
         raise SystemExit("--branch goes with --repo")
     write = args.write or bool(args.repo)
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
                          f"(run python -m course_lib.tools.colab --write)")
     url = pyproject_url(args.root)
     if url != repo_url:
-        raise SystemExit(f"pyproject.toml's Repository is {url!r}, course_lib/tools/colab.py's REPO_URL "
+        raise SystemExit(f"pyproject.toml's Repository is {url!r}, "
+                         "course_lib/tools/colab.py's REPO_URL "
                          f"{repo_url!r}: run python -m course_lib.tools.colab --repo OWNER/NAME")
     print("updated: " + ", ".join(stale) if stale else "all notebooks up to date")
 

@@ -114,7 +114,8 @@ SORTED_BUDGETS = (2, 6, 12)   # training epochs of lesson 02's convergence check
 REGRESSION_OFFSETS = (0, 64, 256, 1024, 4096)   # stars added to every rating (lesson 04)
 
 __all__ = ["EVIDENCE", "EVIDENCE_DIR", "REGRESSION_OFFSETS", "teacher_convergence",
-           "student_ceiling", "fp16_regression", "sorted_batching", "load_evidence", "write_evidence", "summary"]
+           "student_ceiling", "fp16_regression", "sorted_batching", "load_evidence",
+           "write_evidence", "summary"]
 
 
 def teacher_convergence(corpus: Corpus, *, seeds: tuple[int, ...] = (0, 1),
@@ -209,7 +210,8 @@ def sorted_batching(corpus: Corpus, *, seeds: tuple[int, ...] = tuple(range(8)),
                 model, hist = train_arm(corpus.train, corpus.train.lengths, arm,
                                         vocab_size=len(corpus.vocab), seed=seed, epochs=epochs,
                                         batch_size=batch_size, lr=lr)
-                runs.append({"epochs": epochs, "seed": seed, "arm": arm, "steps": len(hist.step_loss),
+                runs.append({"epochs": epochs, "seed": seed, "arm": arm,
+                             "steps": len(hist.step_loss),
                              "test_accuracy": evaluate(model, test)["accuracy"]})
             pair = runs[-2:]
             print(f"{epochs} epochs, seed {seed}: sorted {pair[0]['test_accuracy']:.4f}, "
@@ -256,7 +258,8 @@ def load_evidence(name: str, *, directory: Path = EVIDENCE_DIR) -> dict:
         raise ValueError(f"name must be one of {EVIDENCE}, got {name!r}")
     path = directory / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run python -m course_lib.tools.evidence {name}")
+        raise FileNotFoundError(f"{path} is missing: "
+                                f"run python -m course_lib.tools.evidence {name}")
     return json.loads(path.read_text())
 
 
@@ -300,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))   # the thread count the lessons use
     t0 = time.perf_counter()
     corpus = load_corpus()
-    command = f"python -m course_lib.tools.evidence {args.name} --seeds {' '.join(map(str, args.seeds))}"
+    command = (f"python -m course_lib.tools.evidence {args.name} "
+               f"--seeds {' '.join(map(str, args.seeds))}")
     if args.name == "teacher_convergence":
         from course_lib.core.checkpoints import DEFAULT_DIR
         body = teacher_convergence(corpus, seeds=tuple(args.seeds),
@@ -322,14 +326,16 @@ def main(argv: list[str] | None = None) -> None:
     elif args.name == "int8_topic_task":
         from course_lib.quant.int8 import dynamic_variants
         from course_lib.real_model.task import run as run_task
-        body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
+        body = run_task(dynamic_variants, seeds=tuple(args.seeds),
+                        log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir,
                               seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
         return
     elif args.name == "gqa_uptrain":
         from course_lib.generate.stored import gqa_uptrain_evidence
-        body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
+        body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds),
+                                    log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, command=command, directory=args.dir,
                               seconds=time.perf_counter() - t0)
         print(f"wrote {path}")
@@ -340,7 +346,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--rounds must be >= 3, got {args.rounds}")
         body = run_multiply(rounds=args.rounds, log=lambda m: print(m, flush=True))
         path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
-                              command=f"python -m course_lib.tools.evidence ladder_multiply --rounds {args.rounds}")
+                              command="python -m course_lib.tools.evidence ladder_multiply "
+                                      f"--rounds {args.rounds}")
         print(f"wrote {path}")
         return
     elif args.name in ("int8_throughput", "sparse_over_length", "lowrank_over_length"):
@@ -371,7 +378,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
         body = run_speed(rounds=args.rounds)
         path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
-                              command=f"python -m course_lib.tools.evidence ddp_speed --rounds {args.rounds}")
+                              command="python -m course_lib.tools.evidence ddp_speed "
+                                      f"--rounds {args.rounds}")
         print(f"wrote {path}")
         return
     elif args.name == "ddp_stability":

@@ -98,8 +98,9 @@ def student_runs(*, recipes: LessonRecipes) -> dict[str, list[float]]:
     r = ev["recipe"]
     if (r["steps"], r["batch_size"], r["temperature"], r["alpha"]) != (
             recipes.distill_steps, recipes.distill_batch, recipes.temperature, recipes.alpha):
-        raise ValueError(f"the distillation_transfer evidence was trained with steps {r['steps']}, batch "
-                         f"{r['batch_size']}, T {r['temperature']}, alpha {r['alpha']}: not lesson 06's recipe")
+        raise ValueError("the distillation_transfer evidence was trained with "
+                         f"steps {r['steps']}, batch {r['batch_size']}, T {r['temperature']}, "
+                         f"alpha {r['alpha']}: not lesson 06's recipe")
     acc = transfer.from_evidence(ev)["accuracy"]
     return {"scratch": list(acc["scratch", 0].values()),
             "distilled": list(acc["soft", max(n for _, n in acc)].values())}
@@ -152,9 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     bow_model, bow = train_bag_of_words(corpus)
     print(f"1. bag of words (order-free)          {bow['test']:.1%}   (target <= 70%)")
     ceiling = student_ceiling_bar()
-    bar = (f"target > every converged half-depth student from labels alone: best of {ceiling['seeds']} seeds "
+    bar = (f"target > every converged half-depth student from labels alone: best of "
+           f"{ceiling['seeds']} seeds "
            f"{ceiling['best']:.2%}, their spread {100 * ceiling['spread']:.2f} pts" if ceiling else
-           "target: above the converged students (python -m course_lib.tools.evidence student_ceiling)")
+           "target: above the converged students "
+           "(python -m course_lib.tools.evidence student_ceiling)")
     print(f"2. teacher ({info['source']})        {teacher_acc:.2%}   ({bar}; "
           f"trained in {info.get('train_seconds', float('nan')):.0f} s)")
     runs = student_runs(recipes=recipes)

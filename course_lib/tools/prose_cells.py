@@ -117,7 +117,8 @@ def tidy_notebook(nb: dict) -> int:
             head, tail = "".join(lines[:at]).rstrip() + "\n", "".join(lines[at:])
             cell["source"] = head.rstrip("\n").splitlines(keepends=True)
             prose = {"cell_type": "code", "execution_count": None, "id": f"{cell['id']}-prose",
-                     "metadata": {}, "outputs": [], "source": tail.rstrip("\n").splitlines(keepends=True)}
+                     "metadata": {}, "outputs": [],
+                     "source": tail.rstrip("\n").splitlines(keepends=True)}
             out += [cell, prose]
             changed += 1
         else:

@@ -1,7 +1,8 @@
 """``make report``: run every lesson at learner settings and summarise what they measured.
 
     python -m course_lib.tools.report --out build [--only 00_welcome] [--smoke]
-    python -m course_lib.tools.report --out build --save-run    # keep this machine's run as a reference
+    python -m course_lib.tools.report --out build --save-run    # keep this machine's run as a
+                                                                # reference
 
 
 Writes ``build/notebooks/<lesson>.ipynb`` and ``.html`` (executed copies; build products,
@@ -125,11 +126,13 @@ def fmt_value(value: float | None, unit: str = "") -> str:
     else:
         text = f"{value:.4g}"
     text = "0" if text in ("-0", "-0.0") else text
-    return f"{text} {unit}" if unit and unit not in ("count", "x") else text + ("×" if unit == "x" else "")
+    return (f"{text} {unit}" if unit and unit not in ("count", "x")
+            else text + ("×" if unit == "x" else ""))
 
 
 def _value(r: dict) -> str:
-    return fmt_value(r["value"], r.get("unit", "")) + (f" ({r['device']})" if r.get("device") else "")
+    return (fmt_value(r["value"], r.get("unit", ""))
+            + (f" ({r['device']})" if r.get("device") else ""))
 
 
 def _measured(v: dict, c) -> str:
@@ -162,7 +165,8 @@ def claims_html(results: dict[str, dict]) -> str:
     for cid, c in CLAIMS.items():
         stem, v, hw = found.get(cid, (c.lesson, None, {}))
         skip = unjudged.get(cid) if v is None else None
-        verdict = v["outcome"] if v else f"not judged here: needs {skip['needs']}" if skip else "not run"
+        verdict = (v["outcome"] if v else f"not judged here: needs {skip['needs']}" if skip
+                   else "not run")
         where = f"{hw.get('device', '?')} ({hw.get('device_name', '?')})" if v else "–"
         evidence = v["evidence"] if v else skip["reason"] if skip else "–"
         rule = f"{c.rule.quantity} {'≥' if c.rule.direction == '>=' else '≤'} {c.rule.threshold:g}"
@@ -178,13 +182,13 @@ def claims_html(results: dict[str, dict]) -> str:
                     f"<td>{html.escape(regions)}</td>"
                     f"<td>{html.escape(where)}</td></tr>")
     return ("<h2>Claims checked</h2><p>What the two source articles claim, judged by the rule "
-            "written beside each claim (<code>course_lib.measure.claims</code>) from numbers measured in "
-            "this run (value ± the half-width of its 95% interval; over a sweep, the value at your "
-            "point). Over a sweep of its condition the word says where it holds: <i>holds</i> "
-            "(at every point measured), <i>holds from / up to / between</i> (the boundary in the "
-            "next column), <i>holds in part</i>, <i>holds nowhere</i>, or <i>unresolved</i> "
-            "(every point's interval straddles the bar); points that agree within noise are "
-            "pooled.</p><table><tr>"
+            "written beside each claim (<code>course_lib.measure.claims</code>) from numbers "
+            "measured in this run (value ± the half-width of its 95% interval; over a sweep, the "
+            "value at your point). Over a sweep of its condition the word says where it holds: "
+            "<i>holds</i> (at every point measured), <i>holds from / up to / between</i> (the "
+            "boundary in the next column), <i>holds in part</i>, <i>holds nowhere</i>, or "
+            "<i>unresolved</i> (every point's interval straddles the bar); points that agree "
+            "within noise are pooled.</p><table><tr>"
             "<th>claim (original, English)</th><th>article</th><th>lesson</th><th>rule</th>"
             "<th>condition</th><th>value</th><th>evidence</th><th>rests on</th><th>verdict</th>"
             "<th>where it holds, fails or stays inconclusive</th><th>hardware</th></tr>"
@@ -272,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="smoke settings (seconds per lesson)")
     ap.add_argument("--timeout", type=int, default=1800, help="per-cell timeout in seconds")
     ap.add_argument("--save-run", action="store_true",
-                    help="after running, store this machine's results as a reference run in data/runs/")
+                    help="after running, store this machine's results as a reference run in "
+                         "data/runs/")
     args = ap.parse_args(argv)
     # Absolute: the lessons run with the notebooks folder as their working directory, so a
     # relative results folder would land under notebooks/ instead of where the summary reads.

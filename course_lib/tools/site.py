@@ -51,16 +51,18 @@ mathjax2_config = {{"HTML-CSS": {{"availableFonts": ["STIX-Web"], "preferredFont
                                  "webFont": "STIX-Web", "imageFont": None}}}}   # the fonts it ships
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 exclude_patterns = ["_build"]
-'''
+'''  # noqa: E501 -- text of the generated conf.py, kept as it is
 # Drawn here rather than fetched: the site must load with no network.
 BADGE_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20" role="img" '
              'aria-label="Open in Colab"><rect width="117" height="20" rx="3" fill="#444"/>'
              '<rect x="22" width="95" height="20" rx="3" fill="#f9ab00"/><rect x="22" width="6" '
-             'height="20" fill="#f9ab00"/><circle cx="11" cy="10" r="5" fill="none" stroke="#f9ab00" '
-             'stroke-width="2.5"/><text x="69" y="14" font-family="Verdana,sans-serif" font-size="11" '
+             'height="20" fill="#f9ab00"/><circle cx="11" cy="10" r="5" fill="none" '
+             'stroke="#f9ab00" stroke-width="2.5"/><text x="69" y="14" '
+             'font-family="Verdana,sans-serif" font-size="11" '
              'text-anchor="middle" fill="#fff">Open in Colab</text></svg>')
-FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" '
-               'rx="3" fill="#4C72B0"/><text x="8" y="12" font-family="sans-serif" font-size="10" '
+FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+               '<rect width="16" height="16" rx="3" fill="#4C72B0"/>'
+               '<text x="8" y="12" font-family="sans-serif" font-size="10" '
                'text-anchor="middle" fill="#fff">ET</text></svg>')
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
@@ -138,11 +140,13 @@ def home_page(lessons: dict, times: dict, results: dict, runs: dict) -> str:
         verdicts = len(results.get(stem, {}).get("verdicts", []))
         rows.append(f"| {n} | [{title}]({stem}) | {measures} | {verdicts} | {ran} |")
     hw = next(iter(results.values()), {}).get("hardware", {})
-    machine = f"{hw.get('device_name', '?')} ({hw.get('device', '?')}), torch {hw.get('torch_version', '?')}"
+    machine = (f"{hw.get('device_name', '?')} ({hw.get('device', '?')}), "
+               f"torch {hw.get('torch_version', '?')}")
     smoke = any(r.get("smoke") for r in results.values())
-    banner = ("\n\n> **A smoke build.** These pages come from the lessons run in smoke mode (what CI "
-              "runs: tiny data, a few steps), so their numbers and verdicts mean little. "
-              "`make report` then `make site` builds the site at learner defaults.\n" if smoke else "")
+    banner = ("\n\n> **A smoke build.** These pages come from the lessons run in smoke mode "
+              "(what CI runs: tiny data, a few steps), so their numbers and verdicts mean little. "
+              "`make report` then `make site` builds the site at learner defaults.\n"
+              if smoke else "")
     return f"""# Efficient Transformers, Hands-On{banner}
 
 An interactive course on making Transformer models fit in memory and run fast: each technique
@@ -195,7 +199,8 @@ def write_maps(results: dict, runs: dict, out: Path) -> dict[str, str]:
         v = recorded(d)
         if v is None or not v.points:
             continue
-        ref = [r for r in (recorded(x[cid]) for x in refs if cid in x) if r is not None and r.points]
+        ref = [r for r in (recorded(x[cid]) for x in refs if cid in x)
+               if r is not None and r.points]
         fig = map_figure(v, reference=ref)
         fig.savefig(out / f"{cid}.png", dpi=90)
         written[cid] = f"{out.name}/{cid}.png"
@@ -211,11 +216,12 @@ def claims_page(results: dict, runs: dict, maps: dict[str, str] | None = None) -
     for cid in CLAIMS:
         cells = []
         for run in runs.values():
-            v = next((v for d in run["lessons"].values() for v in d.get("verdicts", []) if v["claim"] == cid), None)
+            v = next((v for d in run["lessons"].values() for v in d.get("verdicts", [])
+                      if v["claim"] == cid), None)
             cells.append(recorded_sentence(v).replace("|", "/") if v else "–")
         per_run.append(f"| `{cid}` | " + " | ".join(cells) + " |")
-    extra = (f"\n## The verdicts in each reference run\n\nFor a claim judged over a sweep, where it "
-             f"held, failed or stayed inconclusive on that machine.\n\n{head}\n"
+    extra = (f"\n## The verdicts in each reference run\n\nFor a claim judged over a sweep, where "
+             f"it held, failed or stayed inconclusive on that machine.\n\n{head}\n"
              + "\n".join(per_run) + "\n") if runs else ""
     figures = "".join(f"\n### `{cid}`\n\n![The verdict map of {cid}]({path})\n"
                       for cid, path in (maps or {}).items())
@@ -231,8 +237,10 @@ def hardware_page(results: dict, runs: dict) -> str:
     machines = {"this run": hw, **{k: r["hardware"] for k, r in runs.items()}}
     keys = list(dict.fromkeys(k for h in machines.values() for k in h))
     lines = ["| | " + " | ".join(machines) + " |", "|---|" + "---|" * len(machines)]
-    lines += [f"| {k} | " + " | ".join(str(h.get(k, "–")) for h in machines.values()) + " |" for k in keys]
-    return "# Hardware\n\nWhat each run was measured on (`course_lib.core.device`).\n\n" + "\n".join(lines) + "\n"
+    lines += [f"| {k} | " + " | ".join(str(h.get(k, "–")) for h in machines.values()) + " |"
+              for k in keys]
+    return ("# Hardware\n\nWhat each run was measured on (`course_lib.core.device`).\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def write_sources(report: Path, src: Path) -> int:
@@ -241,9 +249,11 @@ def write_sources(report: Path, src: Path) -> int:
 
     notebooks = sorted((report / "notebooks").glob("[0-9]*.ipynb"))
     if not notebooks:
-        raise FileNotFoundError(f"no executed lessons in {report / 'notebooks'}: run make report first")
+        raise FileNotFoundError(f"no executed lessons in {report / 'notebooks'}: "
+                                "run make report first")
     results = load_results(report / "results") if (report / "results").is_dir() else {}
-    times = json.loads((report / "runs.json").read_text()) if (report / "runs.json").exists() else {}
+    times = (json.loads((report / "runs.json").read_text()) if (report / "runs.json").exists()
+             else {})
     runs = load_runs()
     table = lesson_table((ROOT / "README.md").read_text())
     if src.exists():
@@ -270,7 +280,8 @@ def write_sources(report: Path, src: Path) -> int:
 def build(report: Path, out: Path) -> int:
     src = out.parent / (out.name + "-src")
     n = write_sources(report, src)
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", str(src), str(out)]
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", str(src),
+           str(out)]
     done = subprocess.run(cmd)
     if done.returncode:
         raise SystemExit(f"sphinx-build failed ({done.returncode}): {' '.join(cmd)}")

@@ -46,12 +46,15 @@ def tidy(fig: Figure) -> None:
                              (axis.get_minor_formatter, axis.set_minor_formatter)):
                 shown = get()                  # it decides which ticks get a label at all
                 if not isinstance(shown, FuncFormatter):
-                    put(FuncFormatter(lambda v, pos, shown=shown: f"{v:,g}" if shown(v, pos) else ""))
+                    put(FuncFormatter(
+                        lambda v, pos, shown=shown: f"{v:,g}" if shown(v, pos) else ""))
     canvas.draw()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):   # a log axis labels its minor ticks too: 2, 3, 4 x 10^k
-            minor = [t for t in axis.get_minorticklabels() if t.get_visible() and t.get_text().strip()]
-            drawn = [t for t in axis.get_majorticklabels() if t.get_visible() and t.get_text().strip()]
+            minor = [t for t in axis.get_minorticklabels()
+                     if t.get_visible() and t.get_text().strip()]
+            drawn = [t for t in axis.get_majorticklabels()
+                     if t.get_visible() and t.get_text().strip()]
             if minor and _tick_collisions(sorted_by_position(drawn + minor, axis), renderer):
                 axis.set_minor_formatter(NullFormatter())
         canvas.draw()
@@ -135,10 +138,12 @@ def _shift_up(t, ax, pixels: float) -> bool:
 
     if isinstance(t, Annotation) and t.anncoords in ("offset points", "offset pixels"):
         dx, dy = t.xyann
-        t.xyann = (dx, dy + (pixels * 72 / ax.figure.dpi if t.anncoords == "offset points" else pixels))
+        t.xyann = (dx, dy + (pixels * 72 / ax.figure.dpi if t.anncoords == "offset points"
+                             else pixels))
         return True
     coords = t.anncoords if isinstance(t, Annotation) else None
-    if coords in (None, "data") and (isinstance(t, Annotation) or t.get_transform() is ax.transData):
+    if coords in (None, "data") and (isinstance(t, Annotation)
+                                     or t.get_transform() is ax.transData):
         x, y = ax.transData.transform(t.xyann if isinstance(t, Annotation) else t.get_position())
         new = ax.transData.inverted().transform((x, y + pixels))
         if isinstance(t, Annotation):
@@ -248,7 +253,8 @@ def layout_problems(fig: Figure) -> list[str]:
         for t in own:
             if ax.title.get_text().strip() and _overlap(t.get_window_extent(renderer),
                                                         ax.title.get_window_extent(renderer)):
-                problems.append(f"{name[:40]!r}: the text {t.get_text()[:25]!r} runs into the title")
+                problems.append(f"{name[:40]!r}: the text {t.get_text()[:25]!r} runs into "
+                                "the title")
         for what, texts in (("texts", ax.texts),):
             texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
             boxes = [t.get_window_extent(renderer) for t in texts]

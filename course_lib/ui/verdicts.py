@@ -253,7 +253,8 @@ def verdict_map(v: Verdict, *, ax, reference: Sequence[Verdict] = (),
         k = _index(series, s) - (len(series) - 1) / 2
         if len(series) < 2:
             return x
-        return x * 1.04 ** k if scale == "log" or (scale == "symlog" and x > 0) else x + 0.012 * width * k
+        return (x * 1.04 ** k if scale == "log" or (scale == "symlog" and x > 0)
+                else x + 0.012 * width * k)
 
     for ref in reference:
         for p in ref.measured_points:

@@ -43,9 +43,11 @@ def visited(site, base_url, browser) -> dict[str, dict]:
         pg.set_default_timeout(20_000)
         errors = visit(pg, f"{base_url}/{name}")
         out[name] = {"errors": errors, "title": pg.title(),
-                     "hrefs": pg.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))"),
+                     "hrefs": pg.eval_on_selector_all(
+                         "a[href]", "els => els.map(e => e.getAttribute('href'))"),
                      "imgs": pg.eval_on_selector_all(
-                         "article img", "els => els.map(e => [e.complete && e.naturalWidth > 0, e.src])")}
+                         "article img",
+                         "els => els.map(e => [e.complete && e.naturalWidth > 0, e.src])")}
         pg.close()
     ctx.close()
     return out
@@ -65,9 +67,11 @@ def test_every_figure_of_a_lesson_is_on_its_page(visited):
     assert sources, f"no lesson sources in {SOURCE}"
     for src in sources:
         nb = json.loads(src.read_text())
-        want = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+        want = sum("image/png" in o.get("data", {})
+                   for c in nb["cells"] for o in c.get("outputs", []))
         drawn = [s for ok, s in visited[f"{src.stem}.html"]["imgs"] if ok]
-        assert len(drawn) >= want, f"{src.stem}: {len(drawn)} figures drawn, the notebook has {want}"
+        assert len(drawn) >= want, (
+            f"{src.stem}: {len(drawn)} figures drawn, the notebook has {want}")
 
 
 def test_claims_page_has_one_row_per_registered_claim(base_url, page):
@@ -96,6 +100,7 @@ def test_search_finds_a_word_from_a_lesson(site, base_url, page):
     word = "GradScaler" if (SOURCE / "04_mixed_precision.ipynb").exists() else "bucketing"
     errors = visit(page, f"{base_url}/search.html?q={word}")
     page.wait_for_selector("#search-results li", timeout=20_000)
-    found = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.getAttribute('href'))")
+    found = page.eval_on_selector_all("#search-results li a",
+                                      "els => els.map(e => e.getAttribute('href'))")
     assert any(re.match(r"\d\d_", h or "") for h in found), (word, found, lesson)
     assert not errors, errors
