@@ -41,16 +41,23 @@ lab: $(STAMP)
 
 # Each check runs once: the Colab cells, the checkpoints' checksums and "no outputs" are unit
 # tests (tests/test_project.py, tests/test_notebooks.py); nbstripout --verify also checks the
-# metadata it strips. Each lesson runs twice, in different ways: papermill (smoke mode, results
-# checked; two lessons at a time, three clean runs of all 13 here), then JupyterLab in a browser
-# (widgets). Not side by side: with papermill and the browser at once (make -j2) the papermill
-# kernels' widget-cell replies stalled in 3 of 13 lessons on this 2-core machine (a stall is
-# noticed and the lesson rerun once: course_lib.tools.notebook_runner).
+# metadata it strips; ruff lints the library and the tests. Each lesson runs once, in JupyterLab
+# in a headless browser (test-browser: Run All, then every check of a smoke run on what it wrote,
+# then its widgets moved; two lessons at a time), or, where Chromium is missing, with papermill
+# (test-notebooks: the same checks, no widgets moved). The run is kept in build/smoke for the
+# smoke site. (Papermill and the browser side by side, as make test once ran them, stalled the
+# papermill kernels' widget-cell replies in 3 of 13 lessons on this 2-core machine.)
+CHROMIUM ?= /usr/bin/chromium
 test: $(STAMP)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	$(BIN)/ruff check course_lib tests
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(JOBS) tests -m "not notebooks and not browser and not gpu and not site"
-	$(MAKE) --no-print-directory test-notebooks
-	$(MAKE) --no-print-directory test-browser
+	@if [ -x "$(CHROMIUM)" ]; then \
+		$(MAKE) --no-print-directory test-browser; \
+	else \
+		echo "make test: no Chromium at $(CHROMIUM): the lessons run with papermill instead (widgets not moved)"; \
+		$(MAKE) --no-print-directory test-notebooks; \
+	fi
 	$(MAKE) --no-print-directory test-site-smoke
 
 test-unit: $(STAMP)
@@ -83,9 +90,12 @@ test-nbval: $(STAMP)
 		--nbval-cell-timeout=120 -p no:randomly notebooks/
 
 # JupyterLab + headless Chromium (/usr/bin/chromium; CHROMIUM=... overrides); screenshots in
-# build/browser/. Skips with the reason when chromium or playwright is missing.
+# build/browser/. Every lesson in smoke mode, $(JOBS) at a time (each worker its own JupyterLab
+# and Chromium, one torch thread per kernel), with the smoke run's checks; keeps the run in
+# build/smoke. Skips with the reason when chromium or playwright is missing.
 test-browser: $(STAMP)
-	$(BIN)/python -m pytest -q tests/browser -m browser
+	rm -rf build/smoke
+	CHROMIUM=$(CHROMIUM) COURSE_SMOKE_KEEP=build/smoke OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(JOBS) tests/browser -m browser
 
 # Widget response times at learner defaults: every lesson run in full in JupyterLab (about as
 # long as make report), each widget moved; build/browser/widget_times.json. ONLY="04_ or 05_"
@@ -113,7 +123,7 @@ site: $(SITE_STAMP)
 test-site: site
 	SITE_DIR=build/site $(BIN)/python -m pytest -q tests/website -m site
 
-# The site built from the smoke run that test-notebooks kept, and the same browser checks: what
+# The site built from the smoke run that test-browser (or test-notebooks) kept, and the same browser checks: what
 # CI builds and tests (the full site needs make report's 25 minutes; make test-site builds it).
 test-site-smoke: $(SITE_STAMP)
 	$(BIN)/python -m course_lib.tools.site --report build/smoke --out build/smoke-site

@@ -48,9 +48,8 @@ BOUNDS = {"fraction": (0.0, 1.0), "s": (0.0, 3600.0), "ms": (0.0, 3.6e6), "x": (
 
 
 def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) -> dict:
-    """Execute one lesson in smoke mode with papermill; fail on an error in a cell or inside a
-    widget callback, on missing results, on results out of bounds, and on a time recorded
-    without its device. Returns the lesson's results payload."""
+    """Execute one lesson in smoke mode with papermill, then ``check_smoke_run``. Returns the
+    lesson's results payload."""
     from course_lib.tools.notebook_runner import execute_notebook
 
     results_dir = tmp_path / "results"
@@ -60,24 +59,38 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
     # until the cell timeout; the rerun is printed in the test's output.
     execute_notebook(nb_path, out, parameters={"SMOKE": True}, cwd=nb_path.parent,
                      cell_timeout=cell_timeout)
-    keep = os.environ.get("COURSE_SMOKE_KEEP")   # make test keeps the run for a smoke site
+    return check_smoke_run(nb_path.stem, out, results_dir / f"{nb_path.stem}.json")
+
+
+def keep_smoke_run(executed: Path, results: Path) -> None:
+    """``COURSE_SMOKE_KEEP=DIR`` (make test): keep the executed lesson and its results in
+    DIR/notebooks and DIR/results, for the smoke site."""
+    keep = os.environ.get("COURSE_SMOKE_KEEP")
     if keep:
-        for sub, src in (("notebooks", out), ("results", results_dir / f"{nb_path.stem}.json")):
+        for sub, src in (("notebooks", executed), ("results", results)):
             (Path(keep) / sub).mkdir(parents=True, exist_ok=True)
             if src.exists():
                 shutil.copy(src, Path(keep) / sub / src.name)
-    nb = read(out)
+
+
+def check_smoke_run(stem: str, executed: Path, results: Path) -> dict:
+    """The checks of one lesson executed in smoke mode (by papermill, or by Run All in
+    JupyterLab: ``tests/browser``): fail on an error in a cell or inside a widget callback, on
+    output a learner should not see, on missing results, on results out of bounds, on a time
+    recorded without its device, on a claim without its verdict or a demonstration not shown.
+    Returns the lesson's results payload."""
+    keep_smoke_run(executed, results)
+    nb = read(executed)
     assert not cell_errors(nb)
     errs = widget_errors(nb)
     assert not errs, f"exception inside a widget callback: {errs}"
     from course_lib.tools.hygiene import output_problems
     problems = output_problems(nb)
-    assert not problems, f"{nb_path.name}: output a learner should not see:\n" + "\n".join(problems)
+    assert not problems, f"{stem}: output a learner should not see:\n" + "\n".join(problems)
 
-    path = results_dir / f"{nb_path.stem}.json"
-    assert path.exists(), f"{nb_path.name} recorded no results (Recorder.save not called?)"
-    payload = json.loads(path.read_text())
-    assert payload["notebook"] == nb_path.stem and payload["smoke"] is True
+    assert results.exists(), f"{stem} recorded no results (Recorder.save not called?)"
+    payload = json.loads(results.read_text())
+    assert payload["notebook"] == stem and payload["smoke"] is True
     assert payload["results"], "results list is empty"
     for r in payload["results"]:
         assert math.isfinite(r["value"]), r
@@ -90,12 +103,13 @@ def run_smoke(nb_path: Path, tmp_path: Path, monkeypatch, *, cell_timeout: int) 
 
     judged = {v["claim"]: v["outcome"] for v in payload.get("verdicts", [])}
     # a claim the hardware cannot judge (a GPU claim on a CPU) is recorded as not judged here
-    judged.update({s["claim"]: "not judged here" for s in payload.get("skipped", []) if "claim" in s})
-    missing = [c.id for c in for_lesson(nb_path.stem) if c.id not in judged]
-    assert not missing, f"claims of {nb_path.stem} without a verdict: {missing}"
+    judged.update({s["claim"]: "not judged here" for s in payload.get("skipped", [])
+                   if "claim" in s})
+    missing = [c.id for c in for_lesson(stem) if c.id not in judged]
+    assert not missing, f"claims of {stem} without a verdict: {missing}"
     assert set(judged.values()) <= {*VERDICT_WORDS, "not judged here"}, judged
     shown = {d["demonstration"]: d["ok"] for d in payload.get("demonstrations", [])}
-    missing = [d.id for d in demonstrations_for(nb_path.stem) if d.id not in shown]
-    assert not missing, f"demonstrations of {nb_path.stem} not shown: {missing}"
+    missing = [d.id for d in demonstrations_for(stem) if d.id not in shown]
+    assert not missing, f"demonstrations of {stem} not shown: {missing}"
     assert all(shown.values()), f"a demonstration's exact check did not come out: {shown}"
     return payload

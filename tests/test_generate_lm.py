@@ -137,7 +137,10 @@ def test_cache_memory_grows_as_the_formula_says():
             == 64 * 1024 * (2 * 2 * 2 * 16 * 4))
     row = out[1024]
     assert row["predicted_per_token"] == 2 * 2 * 2 * 16 * 4                 # bytes_per_token
-    assert 0.8 < row["measured_per_token"] / row["predicted_per_token"] < 1.3
+    # Above the cache itself: the step's transients (SDPA's CPU path expands one layer's grouped
+    # keys and values to every head), sized by the allocator: 1.04-1.11x in three runs, once
+    # 1.33x (exactly 32 MiB more). A cache kept per query head would measure 2x.
+    assert 0.8 < row["measured_per_token"] / row["predicted_per_token"] < 1.5
     with pytest.raises(ValueError, match="prompt_len"):
         measured_cache_bytes(cfg, batch=1, lengths=(4,), prompt_len=4)
 

@@ -1,4 +1,6 @@
-"""Execute every lesson with papermill in smoke mode and check what it recorded.
+"""Execute every lesson with papermill in smoke mode and check what it recorded (marked
+``notebooks``; ``make test`` runs the same checks on the browser suite's Run All instead, and
+this run only where Chromium is missing); the other tests here check the lessons' files.
 
 Fails on an error in any cell, on an exception inside a widget callback (papermill does not
 see those), on a notebook that recorded no results, on results outside sane bounds and on a
@@ -15,10 +17,10 @@ import pytest
 
 from nbutil import NOTEBOOKS, read, run_smoke
 
-pytestmark = pytest.mark.notebooks
 CELL_TIMEOUT = int(os.environ.get("NB_CELL_TIMEOUT", 300))
 
 
+@pytest.mark.notebooks
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_smoke_mode(nb_path, tmp_path, monkeypatch):
@@ -66,7 +68,8 @@ def test_knobs_live_in_the_parameters_cell_only(path):
         if not names or "# derived" in lines[node.lineno - 1]:
             continue
         text = " ".join(ast.get_source_segment(nxt, node).split())
-        assert len(names) == 1 and names <= knobs, f"{path.name}: {sorted(names)} set after the parameters cell"
+        assert len(names) == 1 and names <= knobs, (
+            f"{path.name}: {sorted(names)} set after the parameters cell")
         (name,) = names
         assert text.endswith(f"if {name} is None else {name}"), f"{path.name}: {text}"
     for c in cells[i + 2:]:
@@ -87,7 +90,8 @@ def test_prose_cells_hide_their_source():
 def test_the_prose_check_catches_an_unmarked_paragraph_cell():
     from course_lib.tools.prose_cells import tidy_notebook, unmarked
     cell = {"cell_type": "code", "id": "a", "metadata": {}, "outputs": [], "source": [
-        "x = 2\n", "y = x * 3\n", "z = x + y\n", "w = z - 1\n", "display(Markdown(f\"x is {x}, \"\n", "    f\"and y is {y}, \"\n",
+        "x = 2\n", "y = x * 3\n", "z = x + y\n", "w = z - 1\n",
+        "display(Markdown(f\"x is {x}, \"\n", "    f\"and y is {y}, \"\n",
         "    \"which is more.\"))\n"]}
     nb = {"cells": [cell, {"cell_type": "code", "id": "b", "metadata": {}, "outputs": [],
                             "source": ["display(Markdown(f\"only {x}\"\n", "  \"prose\"))\n"]}]}

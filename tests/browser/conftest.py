@@ -62,7 +62,8 @@ def _smoke_copy(src: Path, dst: Path) -> None:
     ``BROWSER_FULL=1``, unchanged."""
     if FULL:
         nb = nbformat.read(str(src), as_version=4)
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
         nbformat.write(nb, str(dst))
         return
     try:
@@ -79,10 +80,11 @@ def _smoke_copy(src: Path, dst: Path) -> None:
 
 
 class Lab:
-    """A running JupyterLab: ``url``, ``token``, ``root`` (served folder), REST helpers."""
+    """A running JupyterLab: ``url``, ``token``, ``root`` (served folder), ``results`` (where
+    its kernels' lessons write their results), REST helpers."""
 
-    def __init__(self, url: str, token: str, root: Path):
-        self.url, self.token, self.root = url, token, root
+    def __init__(self, url: str, token: str, root: Path, results: Path):
+        self.url, self.token, self.root, self.results = url, token, root, results
 
     def api(self, path: str, method: str = "GET"):
         req = urllib.request.Request(f"{self.url}/api/{path}", method=method,
@@ -179,7 +181,7 @@ def lab(tmp_path_factory) -> Lab:
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-    server = Lab(f"http://127.0.0.1:{port}", token, root)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, work / "results")
     deadline = time.monotonic() + 90
     while True:
         try:

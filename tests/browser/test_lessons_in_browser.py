@@ -7,7 +7,9 @@ For each ``notebooks/[0-9]*.ipynb`` (smoke copy, see ``conftest.py``) the test:
 2. fails on what a learner would see go wrong: an error output (in a cell, or inside a
    widget's output area), "Loading widget..." that never resolves, "Error displaying widget"
    / "model not found", and cells Run All never reached; the notebook is also saved (with
-   widget state) and the file checked for error outputs;
+   widget state) and the file checked for error outputs and, in smoke mode, given every check
+   of the papermill run (``nbutil.check_smoke_run``: results, bounds, verdicts, demonstrations):
+   ``make test`` executes each lesson once, here;
 3. finds every ``explore()``-style widget by its DOM classes (a ``.widget-vbox`` holding a
    ``.widget-output``), fails if there is none, and for each one moves a control as a person
    does (drags the slider handle, picks another dropdown entry, types into a text box, ...),
@@ -37,7 +39,7 @@ except ImportError:   # the fixtures skip every test; keep the module importable
     PlaywrightTimeout = TimeoutError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nbutil import cell_errors, widget_errors  # noqa: E402
+from nbutil import cell_errors, check_smoke_run, widget_errors  # noqa: E402
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT_S = float(os.environ.get("BROWSER_RUN_TIMEOUT", 180))
@@ -69,9 +71,11 @@ PAGE_PROBLEMS_JS = r"""([stderr, errorRe, box]) => {
   for (const el of document.querySelectorAll(stderr))
     if (re.test(el.innerText)) found.push('error output: ' + el.innerText.slice(0, 600));
   for (const el of document.querySelectorAll('.jp-OutputArea-output'))
-    if (/^<(matplotlib\.figure\.)?Figure size [\d.]+x[\d.]+ with \d+ Axes>$/.test(el.innerText.trim()))
-      found.push('a figure is shown as the text "' + el.innerText.trim() + '" instead of an image ' +
-                 '(no image/png formatter for matplotlib Figure: the inline backend is not active)');
+    if (/^<(matplotlib\.figure\.)?Figure size [\d.]+x[\d.]+ with \d+ Axes>$/
+        .test(el.innerText.trim()))
+      found.push('a figure is shown as the text "' + el.innerText.trim() +
+                 '" instead of an image (no image/png formatter for matplotlib Figure: ' +
+                 'the inline backend is not active)');
   document.querySelectorAll('.jp-CodeCell').forEach((cell, i) => {
     const boxes = [...cell.querySelectorAll(box)];
     if (boxes.length > 1 && boxes.some(b => b.closest('.jp-OutputArea-executeResult')))
@@ -290,6 +294,8 @@ def test_lesson_runs_and_widgets_respond(nb_path, lab, page, shots_dir):
         settle_widgets(page)
         problems = page_problems(page) + saved_notebook_problems(page, lab, nb_path)
         assert not problems, f"{nb_path.name} in JupyterLab:\n" + "\n".join(problems)
+        if os.environ.get("BROWSER_FULL") != "1":   # the papermill run's checks, on Run All's
+            check_smoke_run(stem, lab.lesson(nb_path), lab.results / f"{stem}.json")   # output
 
         boxes = page.locator(DRIVEN_BOX)
         n_controls = page.locator(f".jp-Cell-outputArea :is({ANY_CONTROL})").count()
@@ -303,8 +309,9 @@ def test_lesson_runs_and_widgets_respond(nb_path, lab, page, shots_dir):
             box = boxes.nth(i)
             done, seconds = drive_widget(page, box)
             report.append(f"widget {i}: {done}")
+            mode = "learner defaults" if os.environ.get("BROWSER_FULL") == "1" else "smoke"
             times.append({"widget": i, "seconds": round(seconds, 2), "action": done.split(":")[0],
-                          "mode": "learner defaults" if os.environ.get("BROWSER_FULL") == "1" else "smoke"})
+                          "mode": mode})
             box.screenshot(path=str(shots_dir / f"{stem}_widget{i}.png"))
         record_widget_times(shots_dir, stem, times)
         assert not page_problems(page), page_problems(page)
