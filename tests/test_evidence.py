@@ -142,7 +142,7 @@ def test_the_committed_evidence_is_complete():
             assert all(len(r["test"]) == len(r["val"]) == len(r["steps"]) for r in e["runs"])
         elif name == "int8_topic_task":   # every variant scored on every sentence, each fold
                                           # assignment
-            from course_lib.quant.int8 import BF16_STORED, DYNAMIC_RECIPES
+            from course_lib.quant.dynamic import BF16_STORED, DYNAMIC_RECIPES
             assert sum(e["topics"].values()) == e["sentences"] >= 5000
             for r in e["runs"]:
                 assert set(r["scores"]) == {"FP32", BF16_STORED, *DYNAMIC_RECIPES}

@@ -10,6 +10,7 @@ from torch import nn
 from course_lib.measure.memory import state_dict_bytes
 from course_lib.measure.scoring import agreement
 from course_lib.quant import int8 as quant
+from course_lib.quant import dynamic as quant_dynamic
 from course_lib.core.batching import make_loader
 from course_lib.core.data import load_corpus
 from course_lib.core.model import build_model
@@ -99,7 +100,7 @@ def test_unknown_options_are_rejected():
     with pytest.raises(ValueError, match="axis"):
         quant.calibrate(x, granularity="per_channel", axis=2)
     with pytest.raises(ValueError, match="dtype"):
-        quant.cast_model(torch.nn.Linear(2, 2), torch.int8)
+        quant_dynamic.cast_model(torch.nn.Linear(2, 2), torch.int8)
 
 
 def test_all_zero_tensor_is_exact():
@@ -127,7 +128,7 @@ def test_dynamic_int8_agrees_with_fp32_and_warns_nothing(trained):
     model, loader = trained
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # the deprecation warnings are handled inside
-        q = quant.quantize_dynamic_int8(model)
+        q = quant_dynamic.quantize_dynamic_int8(model)
     ref, _ = predict(model, loader)
     got, _ = predict(q, loader)
     assert 0.05 < float(ref.argmax(-1).float().mean()) < 0.95, "the model predicts one class"
@@ -138,7 +139,7 @@ def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
     # Mixed precision + int8 (lesson 14): without the cast back to FP32 the int8 kernel raises
     # "expected scalar type Float but found BFloat16" on a CPU with BF16 autocast.
     model, loader = trained
-    q = quant.quantize_dynamic_int8(model)
+    q = quant_dynamic.quantize_dynamic_int8(model)
     plain, _ = predict(q, loader)
     mixed, _ = predict(q, loader, autocast_dtype=torch.bfloat16)
     assert not torch.equal(plain, mixed)          # the rest of the model did run in BF16
@@ -147,14 +148,15 @@ def test_dynamic_int8_runs_under_bf16_autocast_and_agrees(trained):
 
 def test_every_matrix_of_the_course_model_is_quantized(trained):
     model, _ = trained
-    q = quant.quantize_dynamic_int8(model)
+    q = quant_dynamic.quantize_dynamic_int8(model)
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-    assert quant.count_quantized_linear(q) == n_linear > 0      # every Linear, holders not counted
-    assert quant.count_quantized_linear(model) == 0
-    groups = {r["group"]: r for r in quant.size_report(q)}
+    # every Linear, holders not counted
+    assert quant_dynamic.count_quantized_linear(q) == n_linear > 0
+    assert quant_dynamic.count_quantized_linear(model) == 0
+    groups = {r["group"]: r for r in quant_dynamic.size_report(q)}
     assert set(groups) == {"int8", "embedding", "other"}
     assert groups["int8"]["dtype"] == "qint8"
-    fp = {r["group"]: r for r in quant.size_report(model)}
+    fp = {r["group"]: r for r in quant_dynamic.size_report(model)}
     matrices = sum(p.numel() for _, p in quant.matmul_weights(model))
     assert fp["linear_fp"]["numel"] == groups["int8"]["numel"] == matrices
     assert fp["linear_fp"]["bytes"] / groups["int8"]["bytes"] > 3.9   # 4x, plus scales
@@ -167,8 +169,8 @@ def test_every_matrix_of_the_course_model_is_quantized(trained):
 
 def test_torchs_attention_keeps_two_projections_fp32():
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
-    q = quant.quantize_dynamic_int8(nn.Sequential(layer))
-    groups = {r["group"]: r for r in quant.size_report(q)}
+    q = quant_dynamic.quantize_dynamic_int8(nn.Sequential(layer))
+    groups = {r["group"]: r for r in quant_dynamic.size_report(q)}
     for g in ("in_proj", "out_proj"):
         assert groups[g]["dtype"] == "float32" and groups[g]["why"]
     assert groups["in_proj"]["numel"] == 3 * 16 * 16 and groups["out_proj"]["numel"] == 16 * 16
@@ -191,10 +193,10 @@ def test_fake_quantized_model_weights_lie_on_the_grid(trained):
 def test_cast_model_and_torchao_option(trained):
     model, _ = trained
     assert all(p.dtype == torch.bfloat16 for p in
-               quant.cast_model(model, torch.bfloat16).parameters())
-    if not quant.torchao_available():
+               quant_dynamic.cast_model(model, torch.bfloat16).parameters())
+    if not quant_dynamic.torchao_available():
         with pytest.raises(ImportError, match="torchao"):
-            quant.quantize_torchao_int8(model)
+            quant_dynamic.quantize_torchao_int8(model)
 
 
 def test_per_channel_dynamic_int8_is_closer_to_fp32_on_a_layer_with_uneven_rows():
@@ -207,7 +209,7 @@ def test_per_channel_dynamic_int8_is_closer_to_fp32_on_a_layer_with_uneven_rows(
     net = nn.Sequential(lin)
     x = torch.randn(32, 64)
     ref = net(x)
-    err = {pc: (quant.quantize_dynamic_int8(net, per_channel=pc)(x) - ref)[:, 0].abs().max()
+    err = {pc: (quant_dynamic.quantize_dynamic_int8(net, per_channel=pc)(x) - ref)[:, 0].abs().max()
            for pc in (False, True)}
     assert err[True] < err[False] / 5
 
@@ -247,7 +249,7 @@ def test_fake_quantize_matches_torchs_own(scheme, bits):
 def test_a_pruned_row_stays_zero_in_the_emulated_int8_linear():
     """An all-zero weight row (a pruned neuron) has no range; per channel its scale would be 0
     and 0 / 0 NaN. The output there is the bias alone, and the other rows are unchanged."""
-    from course_lib.quant.int8 import emulate_dynamic_linear
+    from course_lib.quant.kernel import emulate_dynamic_linear
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(4, 8, generator=g)
@@ -265,6 +267,6 @@ def test_size_report_counts_each_rows_scale_and_zero_point_per_channel():
     zero point for every output row, 16 bytes each, counted by hand."""
     lin = nn.Sequential(nn.Linear(16, 6))
     for per_channel, extra in ((False, 8), (True, 6 * (8 + 8))):
-        q = quant.quantize_dynamic_int8(lin, per_channel=per_channel)
-        (row,) = [r for r in quant.size_report(q) if r["group"] == "int8"]
+        q = quant_dynamic.quantize_dynamic_int8(lin, per_channel=per_channel)
+        (row,) = [r for r in quant_dynamic.size_report(q) if r["group"] == "int8"]
         assert row["numel"] == 6 * 16 and row["bytes"] == 6 * 16 + extra

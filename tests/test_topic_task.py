@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.quant.int8 import (DYNAMIC_RECIPES, emulate_dynamic_linear, int8_accumulation,
-                                   overflowed_with_8_bits, quantize_dynamic_int8, recipe_sweep,
-                                   saturation_probe)
+from course_lib.quant.dynamic import DYNAMIC_RECIPES, quantize_dynamic_int8, recipe_sweep
+from course_lib.quant.kernel import (emulate_dynamic_linear, int8_accumulation,
+                                    overflowed_with_8_bits, saturation_probe)
 from course_lib.real_model import task as T
 
 

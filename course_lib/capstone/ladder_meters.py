@@ -24,7 +24,7 @@ from torch.utils.data import Subset
 from course_lib.core.progress import tqdm
 
 from course_lib.measure import bench
-from course_lib.quant import int8 as quant
+from course_lib.quant import dynamic as quant_dynamic
 from course_lib.core.precision import choose_precision
 from course_lib.core.train import make_step_fn
 from course_lib.core.batching import BucketBatchSampler, make_loader
@@ -309,7 +309,7 @@ def serve_probe(*, path: str, int8: bool, amp: bool, sdpa: bool, prepare: bool =
     saved = torch.load(path, map_location="cpu", weights_only=True)
     model = EncoderClassifier(EncoderConfig(**saved["config"]))
     model.load_state_dict(saved["state"])
-    model = quant.quantize_dynamic_int8(model) if int8 else model.eval()
+    model = quant_dynamic.quantize_dynamic_int8(model) if int8 else model.eval()
     run = forward_fn(model, Rung("probe", amp=amp, sdpa=sdpa), saved["ids"], saved["mask"])
     return run if prepare else run()
 

@@ -5,8 +5,8 @@ Each build is its lesson's function: the student is lesson 06's best (2 layers i
 the teacher's layers, distilled: ``stored_student`` when the stored one belongs to
 this teacher, else ``distill.students.train_student`` on the teacher's logits, read once by
 ``teacher_logits_stored``), ``structured.prune_ffn_neurons`` + ``pruning.fine_tune`` (05),
-``quant.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on a GPU
-machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
+``quant.dynamic.quantize_dynamic_int8`` (07, CPU kernels: an int8 model stays on the CPU even on
+a GPU machine). A rung's run-time techniques (bucketing, precision, attention kernel) do not change
 the model, so the zoo keys models by ``(distill, prune, int8)`` only.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from course_lib.pruning import masks as pruning
-from course_lib.quant import int8 as quant
+from course_lib.quant import dynamic as quant_dynamic
 from course_lib.pruning import structured
 from course_lib.core.batching import make_loader
 from course_lib.measure.memory import state_dict_bytes
@@ -75,8 +75,8 @@ class ModelZoo:
             return self.teacher
         t0, s = time.perf_counter(), self.settings
         if rung.int8:
-            model = quant.quantize_dynamic_int8(self.model(Rung("below", distill=rung.distill,
-                                                                prune=rung.prune)))
+            model = quant_dynamic.quantize_dynamic_int8(
+                self.model(Rung("below", distill=rung.distill, prune=rung.prune)))
         elif rung.prune:
             model = structured.prune_ffn_neurons(self.model(Rung("below", distill=rung.distill)),
                                               amount=s.prune_amount)

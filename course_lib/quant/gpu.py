@@ -1,6 +1,6 @@
 """int8 on a GPU (lesson 07): torchao's weight-only int8 against the same model in the GPU's
-16-bit format. PyTorch's dynamic int8 (``quant.quantize_dynamic_int8``) has CPU kernels only;
-on CUDA the current route is torchao (``quantize_(model, Int8WeightOnlyConfig())``: int8
+16-bit format. PyTorch's dynamic int8 (``quant.dynamic.quantize_dynamic_int8``) has CPU kernels
+only; on CUDA the current route is torchao (``quantize_(model, Int8WeightOnlyConfig())``: int8
 weights, 16-bit multiplies, less memory traffic, which is what limits small batches).
 
 ``plan`` decides whether the comparison can run and, if not, what it needs (a ``Recorder.skip``
@@ -16,7 +16,7 @@ import torch
 from course_lib.measure import bench
 from course_lib.core.precision import choose_precision
 from course_lib.measure.memory import state_dict_bytes
-from course_lib.quant.int8 import torchao_available
+from course_lib.quant.dynamic import torchao_available
 from course_lib.core.evaluate import correct
 
 

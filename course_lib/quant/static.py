@@ -1,6 +1,6 @@
 """Post-training *static* int8 quantization of every ``nn.Linear`` (lesson 07).
 
-Dynamic int8 (``quant.quantize_dynamic_int8``) measures each batch's activation range at run
+Dynamic int8 (``quant.dynamic.quantize_dynamic_int8``) measures each batch's activation range at run
 time. Static quantization measures it once, ahead of time: observers watch the activations
 entering and leaving every ``Linear`` on a few calibration batches, and their ranges become
 fixed scales and zero points. At run time each ``Linear`` then quantizes its input with the

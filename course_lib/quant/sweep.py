@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from course_lib.measure import bench
-from course_lib.quant.int8 import quantize_dynamic_int8
+from course_lib.quant.dynamic import quantize_dynamic_int8
 from course_lib.measure.verdicts import Rule, speedup
 
 __all__ = ["FORMATS", "feed_forward_block", "speedups", "first_width_holding", "as_sweep",

@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {path}")
         return
     elif args.name == "int8_topic_task":
-        from course_lib.quant.int8 import dynamic_variants
+        from course_lib.quant.dynamic import dynamic_variants
         from course_lib.real_model.task import run as run_task
         body = run_task(dynamic_variants, seeds=tuple(args.seeds),
                         log=lambda m: print(m, flush=True))
