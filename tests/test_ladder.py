@@ -9,6 +9,9 @@ from torch.utils.data import Subset
 from course_lib.capstone import ladder
 from course_lib.capstone import ladder_analysis as A
 from course_lib.capstone import ladder_meters as M
+from course_lib.capstone import ladder_inputs as LI
+from course_lib.capstone import ladder_memory as LM
+from course_lib.capstone import ladder_timing as LT
 from course_lib.capstone.model_zoo import ModelZoo
 from course_lib.core.batching import make_loader
 from course_lib.core.checkpoints import load_baseline
@@ -29,7 +32,7 @@ def smoke_run():
     torch.manual_seed(0)
     teacher = build_model(len(corpus.vocab), preset="student", n_layers=2, d_ff=256)
     zoo = ModelZoo(teacher, corpus, device="cpu", settings=SMOKE, progress=False)
-    inputs = M.choose_inputs(corpus, settings=SMOKE)
+    inputs = LI.choose_inputs(corpus, settings=SMOKE)
     rows, points = M.measure(zoo, inputs, ladder.ladder(), progress=False)
     return zoo, inputs, rows, points
 
@@ -44,7 +47,7 @@ def trained():
     except FileNotFoundError:
         pytest.skip("needs the trained baseline checkpoint")
     return (ModelZoo(teacher, corpus, device="cpu", settings=SMOKE, progress=False),
-            M.choose_inputs(corpus, settings=SMOKE))
+            LI.choose_inputs(corpus, settings=SMOKE))
 
 
 def test_ladder_adds_one_technique_per_rung_and_combinations_cover_every_subset():
@@ -118,8 +121,8 @@ def test_padding_and_attention_kernel_change_rounding_only(trained):
     sub = Subset(test, list(range(16)))
     fixed = make_loader(sub, batch_size=8, bucketed=False, shuffle=False, max_length=512)
     dynamic = make_loader(sub, batch_size=8, shuffle=False, lengths=test.lengths[:16])
-    a, ia = M.run_test_set(zoo, inputs, ladder.Rung("baseline"), fixed)
-    b, ib = M.run_test_set(zoo, inputs, ladder.Rung("fast", bucketing=True, sdpa=True), dynamic)
+    a, ia = LI.run_test_set(zoo, inputs, ladder.Rung("baseline"), fixed)
+    b, ib = LI.run_test_set(zoo, inputs, ladder.Rung("fast", bucketing=True, sdpa=True), dynamic)
     a, b = a[torch.argsort(ia)], b[torch.argsort(ib)]
     assert (a - b).abs().max() < 1e-4
     assert torch.equal(a.argmax(-1), b.argmax(-1))
@@ -130,8 +133,8 @@ def test_peak_memory_in_a_fresh_process_exceeds_the_weights(smoke_run):
     measured = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", progress=False,
                         settings=dataclasses.replace(SMOKE, measure_memory=True))
     rung = ladder.Rung("student_int8", distill=True, int8=True)
-    assert M.peak_mib(measured, inputs, rung) > measured.size_bytes(rung) / 2**20
-    assert M.peak_mib(zoo, inputs, rung) == zoo.size_bytes(rung) / 2**20   # weights only
+    assert LM.peak_mib(measured, inputs, rung) > measured.size_bytes(rung) / 2**20
+    assert LM.peak_mib(zoo, inputs, rung) == zoo.size_bytes(rung) / 2**20   # weights only
 
 
 def test_peaks_in_parallel_go_to_their_own_rungs(smoke_run):
@@ -140,21 +143,21 @@ def test_peaks_in_parallel_go_to_their_own_rungs(smoke_run):
 
     zoo, inputs, _, _ = smoke_run
     rungs = [ladder.Rung("baseline"), ladder.Rung("student_int8", distill=True, int8=True)]
-    assert M.peaks_mib(zoo, inputs, rungs) == {r.key: zoo.size_bytes(r) / 2**20 for r in rungs}
+    assert LM.peaks_mib(zoo, inputs, rungs) == {r.key: zoo.size_bytes(r) / 2**20 for r in rungs}
     measured = ModelZoo(zoo.teacher, zoo.corpus, device="cpu", progress=False,
                         settings=dataclasses.replace(SMOKE, measure_memory=True))
-    peaks = M.peaks_mib(measured, inputs, rungs)
+    peaks = LM.peaks_mib(measured, inputs, rungs)
     assert list(peaks) == [r.key for r in rungs]
     assert all(peaks[r.key] > measured.size_bytes(r) / 2**20 for r in rungs)
     with pytest.raises(ValueError, match="workers"):
-        M.peaks_mib(zoo, inputs, rungs, workers=0)
+        LM.peaks_mib(zoo, inputs, rungs, workers=0)
 
 
 def test_accuracy_stays_within_the_bounds_of_the_numerics_only_techniques(trained):
     zoo, inputs = trained
-    base = M.accuracy(zoo, inputs, ladder.Rung("baseline"))
+    base = LI.accuracy(zoo, inputs, ladder.Rung("baseline"))
     for t in ("amp", "int8"):
-        assert (100 * (base - M.accuracy(zoo, inputs, ladder.Rung(t, **{t: True})))
+        assert (100 * (base - LI.accuracy(zoo, inputs, ladder.Rung(t, **{t: True})))
                 <= ladder.BOUNDS[t]), t
 
 
@@ -292,8 +295,8 @@ def test_the_bucketed_test_set_is_timed_in_strata_and_scored_on_all_of_it(smoke_
     padded tokens: the strata cover the set's tokens exactly; accuracy still sees every review."""
     zoo, inputs, rows, points = smoke_run
     rung = ladder.Rung("b", bucketing=True)
-    full = list(M.test_loader(zoo, inputs, rung))
-    strata = M.timed_strata(zoo, inputs, rung)
+    full = list(LI.test_loader(zoo, inputs, rung))
+    strata = LT.timed_strata(zoo, inputs, rung)
     def tokens(b):
         return b["input_ids"].numel()
     assert (sum(f * sum(map(tokens, part)) for part, f in strata)
@@ -302,23 +305,22 @@ def test_the_bucketed_test_set_is_timed_in_strata_and_scored_on_all_of_it(smoke_
     assert strata[0][1] == 1.0 and 2 * sum(map(tokens, top)) >= sum(map(tokens, full))
     # the costliest
     assert sorted(map(tokens, top)) == sorted(map(tokens, full))[len(full) - len(top):]
-    fixed = M.timed_strata(zoo, inputs, ladder.Rung("base"))
+    fixed = LT.timed_strata(zoo, inputs, ladder.Rung("base"))
     assert len(fixed) == 1 and fixed[0][1] == len(zoo.corpus.test) / 8
-    assert len(M.test_loader(zoo, inputs, rung).dataset) == len(zoo.corpus.test)
+    assert len(LI.test_loader(zoo, inputs, rung).dataset) == len(zoo.corpus.test)
 
 
 def test_bucketed_training_steps_are_timed_in_width_order(smoke_run, monkeypatch):
     # ladder_speedups takes the epoch's error from successive differences: it needs the timed
     # steps in the order of their width (the warm-up takes the widest, then the rest in order)
-    from course_lib.capstone import ladder_meters as M
     from dataclasses import replace
     zoo = smoke_run[0]
     monkeypatch.setattr(zoo, "settings", replace(zoo.settings, bucket_train_batches=6))
     widths = []
-    monkeypatch.setattr(M, "make_step_fn",
+    monkeypatch.setattr(LT, "make_step_fn",
                         lambda model, b, **kw: lambda: widths.append(b["input_ids"].shape[1]))
-    sampled, _ = M._epoch_sample(zoo, "bucketed")
-    out = M.train_epoch_samples(zoo, [ladder.Rung("b", bucketing=True)])
+    sampled, _ = LT.epoch_sample(zoo, "bucketed")
+    out = LT.train_epoch_samples(zoo, [ladder.Rung("b", bucketing=True)])
     assert len(sampled) > 2 and len(out[ladder.Rung("b", bucketing=True).key]) == len(sampled)
     timed = widths[1:]
     assert widths[0] == max(widths) and timed == sorted(timed) and len(set(timed)) > 1
@@ -327,20 +329,20 @@ def test_bucketed_training_steps_are_timed_in_width_order(smoke_run, monkeypatch
 def test_practitioner_start_is_timed_with_dynamic_padding_beside_the_rungs(smoke_run):
     zoo, inputs, rows, _ = smoke_run
     rungs = ladder.ladder()[:2]
-    test_s = M.test_set_samples(zoo, inputs, rungs, practitioner=True)
+    test_s = LT.test_set_samples(zoo, inputs, rungs, practitioner=True)
     assert set(test_s) == {r.key for r in rungs} | {("practitioner",)}
     assert all(len(v) == zoo.settings.test_repeats for v in test_s.values())   # same passes: paired
-    train_s = M.train_epoch_samples(zoo, rungs, practitioner=True)
+    train_s = LT.train_epoch_samples(zoo, rungs, practitioner=True)
     assert len(train_s[("practitioner",)]) >= 1 and min(train_s[("practitioner",)]) > 0
     # dynamic padding: every batch as wide as its longest review, in the split's order
-    loader = M.test_loader(zoo, inputs, M.PRACTITIONER, dynamic=True)
+    loader = LI.test_loader(zoo, inputs, LI.PRACTITIONER, dynamic=True)
     lengths, start = zoo.corpus.test.lengths, 0
     for b in loader:
         n = b["input_ids"].shape[0]
         assert b["input_ids"].shape[1] == max(lengths[start:start + n])
         start += n
     assert start == len(lengths)
-    assert M.PRACTITIONER.techniques == ("sdpa",)
+    assert LI.PRACTITIONER.techniques == ("sdpa",)
 
 
 def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens(smoke_run,
@@ -348,8 +350,8 @@ def test_dynamic_padding_test_set_is_sampled_in_width_order_and_scaled_by_tokens
     from dataclasses import replace
     zoo, inputs, _, _ = smoke_run
     monkeypatch.setattr(zoo, "settings", replace(zoo.settings, eval_batch=4, dynamic_sample=4))
-    (sample, factor), = M.timed_strata(zoo, inputs, M.PRACTITIONER, dynamic=True)
-    every = list(M.test_loader(zoo, inputs, M.PRACTITIONER, dynamic=True))
+    (sample, factor), = LT.timed_strata(zoo, inputs, LI.PRACTITIONER, dynamic=True)
+    every = list(LI.test_loader(zoo, inputs, LI.PRACTITIONER, dynamic=True))
     tokens = [b["input_ids"].numel() for b in every]
     assert len(sample) == len(every[2::4])                    # every 4th batch, from the 3rd
     got = [b["input_ids"].numel() for b in sample]
@@ -378,7 +380,7 @@ def test_measure_fills_the_practitioner_record_beside_the_rungs(smoke_run):
 def test_points_carry_each_reviews_score_and_the_paired_change_reads_it(smoke_run):
     zoo, inputs, rows, points = smoke_run
     for r in ladder.ladder()[::3]:
-        assert torch.equal(points[r.key]["test_correct"], M.rung_correct(zoo, inputs, r))
+        assert torch.equal(points[r.key]["test_correct"], LI.rung_correct(zoo, inputs, r))
         assert points[r.key]["test_accuracy"] == pytest.approx(
             float(points[r.key]["test_correct"].float().mean()))
     base, top = rows[0], rows[-1]
@@ -396,7 +398,7 @@ def test_every_repeat_goes_to_the_points_whose_speed_ups_carry_an_error():
     teacher = build_model(len(corpus.vocab), preset="student", n_layers=2, d_ff=128)
     settings = dataclasses.replace(SMOKE, repeats=2)
     zoo = ModelZoo(teacher, corpus, device="cpu", settings=settings, progress=False)
-    inputs = M.choose_inputs(corpus, settings=settings)
+    inputs = LI.choose_inputs(corpus, settings=settings)
     avail = ["bucketing", "sdpa", "int8"]
     combos = [r for r in ladder.combinations() if set(r.techniques) <= set(avail)]
     rungs = ladder.ladder(avail)

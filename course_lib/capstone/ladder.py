@@ -11,8 +11,9 @@ restricted to SDPA's math backend, which computes and stores the full score matr
 The ladder in four modules, one job each: this one (rungs: ``ladder`` adds one technique per
 rung in ``ORDER``, ``combinations`` gives every subset, both without the techniques that are a
 no-op on the device, ``unavailable_here``; ``Settings``; ``applied``, the run-time block),
-``model_zoo`` (the models the rungs serve, each built once), ``ladder_meters`` (what is measured,
-and ``measure``, which fills the table) and ``ladder_analysis`` (reading the table).
+``model_zoo`` (the models the rungs serve, each built once), the meters (``ladder_inputs``,
+``ladder_timing``, ``ladder_memory``: what is measured; ``ladder_meters.measure`` fills the
+table) and ``ladder_analysis`` (reading the table).
 """
 from __future__ import annotations
 

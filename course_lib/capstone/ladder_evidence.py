@@ -6,7 +6,7 @@ five techniques alone, the stack; mixed precision is left out there), each movin
 round to round on a shared 2-core machine, so the
 lesson's few repeats leave an interval of measured / predicted from about 0.2 to 1: wider than
 the band (0.75 to 1.33) the call needs. ``run`` times the same points in many more interleaved
-rounds, and the training steps of the training stack on more batches, with ``ladder_meters``'
+rounds, and the training steps of the training stack on more batches, with the meters'
 own functions; the lesson judges on it and shows its live run as one replicate.
 
     python -m course_lib.tools.evidence ladder_multiply --rounds 20   # ~5 min on a 2-core CPU
@@ -20,7 +20,8 @@ from dataclasses import replace
 
 import torch
 
-from course_lib.capstone import ladder_meters as M
+from course_lib.capstone import ladder_inputs as LI
+from course_lib.capstone import ladder_timing as LT
 from course_lib.capstone.ladder import (ORDER, TECHNIQUES, TRAINS_THE_TEACHER, Rung, Settings,
                                         unavailable_here)
 from course_lib.capstone.ladder_analysis import stack_versus_product
@@ -42,7 +43,7 @@ def cases(available) -> dict[str, tuple[Rung, list[Rung]]]:
 def run(*, rounds: int = 20, fixed_batches: int = 10, bucket_batches: int = 16,
         device: str = "cpu", log: Callable[[str], None] = print) -> dict:
     """Time both stacks of ``cases``, their techniques alone and the baseline: ``rounds``
-    interleaved repeats at batch 32 (``ladder_meters.latency_samples``, order rotated) and
+    interleaved repeats at batch 32 (``ladder_timing.latency_samples``, order rotated) and
     ``fixed_batches`` / ``bucket_batches`` training steps (``train_epoch_samples``). Returns
     every point's samples (and the bucketed epoch's design) for ``stacks``."""
     from course_lib.core.checkpoints import load_baseline
@@ -56,7 +57,7 @@ def run(*, rounds: int = 20, fixed_batches: int = 10, bucket_batches: int = 16,
     settings = replace(Settings(), repeats=rounds, fixed_train_batches=fixed_batches,
                        bucket_train_batches=bucket_batches)
     zoo = ModelZoo(teacher, corpus, device=device, settings=settings, seed=0, progress=False)
-    inputs = M.choose_inputs(corpus, settings=settings, seed=0)
+    inputs = LI.choose_inputs(corpus, settings=settings, seed=0)
     unavailable = unavailable_here(device)
     (inf_top, inf_alone), (train_top, train_alone) = cases(
         [t for t in TECHNIQUES if t not in unavailable]).values()
@@ -64,12 +65,12 @@ def run(*, rounds: int = 20, fixed_batches: int = 10, bucket_batches: int = 16,
     log(f"building {len({ModelZoo.key(r) for r in (inf_top, *inf_alone)})} models")
     inf_rungs = [base, *inf_alone, inf_top]
     log(f"batch 32: {len(inf_rungs)} points, {rounds} interleaved rounds")
-    b32 = M.latency_samples(zoo, inputs, inf_rungs, batch_size=len(inputs.typical), repeats=rounds)
+    b32 = LT.latency_samples(zoo, inputs, inf_rungs, batch_size=len(inputs.typical), repeats=rounds)
     train_rungs = [base, *train_alone, train_top]
     log(f"training: {len(train_rungs)} points, {fixed_batches} fixed-padding and {bucket_batches} "
         "bucketed steps each")
-    steps = M.train_epoch_samples(zoo, train_rungs)
-    batches, widths = M._epoch_sample(zoo, "bucketed")
+    steps = LT.train_epoch_samples(zoo, train_rungs)
+    batches, widths = LT.epoch_sample(zoo, "bucketed")
     design = {"x": [b["input_ids"].shape[1] for b in batches], "population": widths}
     points = {}
     for r in (*inf_rungs, *train_rungs):
