@@ -98,18 +98,18 @@ def check_smoke_run(stem: str, executed: Path, results: Path) -> dict:
         assert lo <= r["value"] <= hi, f"{r['name']} = {r['value']} {r['unit']} out of bounds"
         if r["unit"] in ("s", "ms"):
             assert r.get("device"), f"{r['name']}: a time recorded without its device"
-    from course_lib.measure.claims import demonstrations_for, for_lesson
+    from course_lib.measure.claims import CLAIMS, DEMONSTRATIONS
     from course_lib.measure.judging import VERDICT_WORDS
 
     judged = {v["claim"]: v["outcome"] for v in payload.get("verdicts", [])}
     # a claim the hardware cannot judge (a GPU claim on a CPU) is recorded as not judged here
     judged.update({s["claim"]: "not judged here" for s in payload.get("skipped", [])
                    if "claim" in s})
-    missing = [c.id for c in for_lesson(stem) if c.id not in judged]
+    missing = [c.id for c in CLAIMS.values() if c.lesson == stem and c.id not in judged]
     assert not missing, f"claims of {stem} without a verdict: {missing}"
     assert set(judged.values()) <= {*VERDICT_WORDS, "not judged here"}, judged
     shown = {d["demonstration"]: d["ok"] for d in payload.get("demonstrations", [])}
-    missing = [d.id for d in demonstrations_for(stem) if d.id not in shown]
+    missing = [d.id for d in DEMONSTRATIONS.values() if d.lesson == stem and d.id not in shown]
     assert not missing, f"demonstrations of {stem} not shown: {missing}"
     assert all(shown.values()), f"a demonstration's exact check did not come out: {shown}"
     return payload

@@ -64,7 +64,7 @@ def test_masks_have_intended_patterns():
     bg = A.block_sparse_mask(8, block_size=2, neighbors=1, global_tokens=1)
     assert bg[0].all() and bg[:, 0].all()
     assert bg[4].tolist() == [True, False, True, True, True, True, True, True]
-    assert A.mask_density(c) == pytest.approx(15 / 25)
+    assert c.float().mean().item() == pytest.approx(15 / 25)   # the share computed
     assert torch.equal(A.to_mha_mask(c), ~c)
 
 
@@ -194,22 +194,23 @@ def test_window_tile_fraction_counts_the_tiles_the_mask_touches(length, window, 
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch.compile's own internals
-def test_flex_window_attention_matches_sdpa_with_the_window_mask():
-    from course_lib.attention.sdpa import flex_window_attention, sdpa_attention, sliding_window_mask
+def test_flex_window_matches_sdpa_with_the_window_mask_and_skips_the_untouched_tiles():
+    from course_lib.attention.sdpa import sdpa_attention, sliding_window_mask, window_tile_fraction
+    from course_lib.attention.sparse import FlexWindow
     L, W, B = 256, 20, 64
     try:
-        fn, skipped = flex_window_attention(L, window=W, block_size=B)
+        flex = FlexWindow(window=W, block_size=B)
+        fn, skipped = flex.block_masked(L)
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(1, 2, L, 16, generator=g) for _ in range(3))
-        out = fn(q, k, v)
+        out, scored = fn(q, k, v), flex.score_masked(q, k, v)
     except Exception as err:   # no C++ compiler for Inductor, or no FlexAttention here
         pytest.skip(f"FlexAttention unavailable here: {err}")
     ref = sdpa_attention(q, k, v, mask=sliding_window_mask(L, window=W))
-    assert torch.allclose(out, ref, atol=1e-4)
-    from course_lib.attention.sdpa import window_tile_fraction
+    assert torch.allclose(out, ref, atol=1e-4) and torch.allclose(scored, ref, atol=1e-4)
     assert skipped == pytest.approx(1 - window_tile_fraction(L, window=W, block_size=B))
     with pytest.raises(ValueError, match="window"):
-        flex_window_attention(L, window=0, block_size=B)
+        FlexWindow(window=0, block_size=B)
 
 
 def test_the_flex_plan_skips_only_for_a_stated_reason():

@@ -6,8 +6,7 @@ import statistics
 
 import pytest
 
-from course_lib.distributed.timing import (interleaved_step_times, predicted_speedup, speedups,
-                                          step_times_over_batch)
+from course_lib.distributed.timing import predicted_speedup, speedups, step_times_over_batch
 from course_lib.measure.verdicts import speedup
 
 
@@ -24,8 +23,8 @@ def test_rounds_rotate_and_configurations_share_the_global_batch():
         assert threads == 1, "each rank gets one thread: a core of its own"
         return {"sweep": {cfg_args["--batches"]: 0.05}}   # JSON's string keys
 
-    times = interleaved_step_times(["--batch-size", 8, "--d-model", 32], nproc=2, cores=2,
-                                   rounds=3, launch=launch, train=train)
+    times = step_times_over_batch(["--batch-size", 8, "--d-model", 32], [8], nproc=2, cores=2,
+                                  rounds=3, launch=launch, train=train)[8]
     assert list(times) == ["1 process, 1 thread", "1 process, 2 threads", "DDP, 2 ranks"]
     assert all(len(v) == 3 for v in times.values())
     firsts = [calls[i][:2] for i in (0, 3, 6)]          # who ran first in each round
@@ -33,7 +32,7 @@ def test_rounds_rotate_and_configurations_share_the_global_batch():
     # same global batch, model
     assert {c[2] for c in calls} == {16} and {c[3] for c in calls} == {32}
     with pytest.raises(ValueError, match="rounds"):
-        interleaved_step_times([], nproc=2, cores=2, rounds=1, launch=launch, train=train)
+        step_times_over_batch([], [8], nproc=2, cores=2, rounds=1, launch=launch, train=train)
 
 
 def test_speedup_is_the_geometric_mean_of_per_round_ratios():

@@ -126,10 +126,9 @@ def test_an_unformatted_placeholder_is_found_but_code_and_latex_are_not():
 
 
 def test_a_speed_up_from_medians_is_found_in_code_and_none_is_left_in_the_course():
-    import json
     from pathlib import Path
 
-    from course_lib.tools.hygiene import median_ratios
+    from course_lib.tools.hygiene import median_ratio_findings, median_ratios
 
     assert median_ratios("x = a['timing'].median / b['timing'].median") == [
         "a['timing'].median / b['timing'].median"]
@@ -138,12 +137,5 @@ def test_a_speed_up_from_medians_is_found_in_code_and_none_is_left_in_the_course
     assert median_ratios("per_token = t.median / n_tokens") == []        # a rate, not a ratio
     assert median_ratios("e = speedup(a.samples, b.samples)") == []
     root = Path(__file__).resolve().parents[1]
-    found = []
-    for nb in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
-        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
-            if cell["cell_type"] == "code":
-                found += [f"{nb.stem} cell {i}: {r}"
-                          for r in median_ratios("".join(cell["source"]))]
-    for py in sorted((root / "course_lib").rglob("*.py")):
-        found += [f"{py.relative_to(root)}: {r}" for r in median_ratios(py.read_text())]
+    found = median_ratio_findings(root)
     assert found == [], "speed-ups from medians (use verdicts.speedup):\n" + "\n".join(found)

@@ -11,8 +11,8 @@ from course_lib.core.task import task_loss
 from course_lib.measure.memory import saved_activation_bytes
 from course_lib.memory import anatomy as A
 from course_lib.memory.checkpointing import Checkpointed
-from course_lib.memory.measure import build, measured_peaks, static_bytes
-from course_lib.core.optimizers import make_optimizer
+from course_lib.memory.measure import build, measured_peaks
+from course_lib.core.optimizers import make_optimizer, state_bytes
 
 SMALL = A.Setup(vocab_size=500, d_model=64, n_layers=2, n_heads=2, d_ff=128, batch=2, length=48)
 
@@ -23,6 +23,15 @@ def test_activation_formula_counts_what_autograd_saves(setup):
     model, batch = build(setup)
     exact = saved_activation_bytes(model, batch["input_ids"], batch["attention_mask"])
     assert A.activation_bytes(setup) == pytest.approx(exact, rel=2e-3)
+
+
+def static_bytes(model, opt) -> dict[str, int]:
+    """The live tensors' bytes: weights, the gradients that exist, the optimizer's state."""
+    params = list(model.parameters())
+    return {"weights": sum(p.numel() * p.element_size() for p in params),
+            "gradients": sum(p.grad.numel() * p.grad.element_size() for p in params
+                             if p.grad is not None),
+            "optimizer": state_bytes(opt, include_scalars=False)}
 
 
 @pytest.mark.parametrize("optimizer", A.OPTIMIZERS)

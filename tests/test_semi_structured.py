@@ -5,7 +5,13 @@ import torch
 from torch import nn
 
 from course_lib.core.model import build_model
-from course_lib.pruning.semi_structured import apply_2_4, ffn_linears, fraction_2_4, supported
+from course_lib.pruning.semi_structured import apply_2_4, ffn_linears, supported
+
+
+def fraction_2_4(weight: torch.Tensor) -> float:
+    """Share of the groups of 4 consecutive inputs holding at most 2 non-zeros (1.0 = 2:4)."""
+    nonzero = (weight.detach() != 0).reshape(weight.shape[0], -1, 4).sum(-1)
+    return float((nonzero <= 2).float().mean())
 
 
 def test_apply_2_4_keeps_the_two_largest_of_every_four():
@@ -35,8 +41,6 @@ def test_convert_needs_a_supported_gpu_and_16_bit_weights():
             apply_2_4(build_model(50, preset="student"), convert=True)
     with pytest.raises(ValueError, match="no models.FeedForward"):
         ffn_linears(nn.Linear(4, 4))
-    with pytest.raises(ValueError, match="divisible by 4"):
-        fraction_2_4(torch.ones(3, 6))
 
 
 def test_measure_2_4_refuses_a_device_without_the_kernels_and_says_why():

@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = ["naive_attention", "sdpa_attention", "tiled_attention", "sdpa_backend",
            "sdpa_backend_table", "causal_mask", "sliding_window_mask", "block_sparse_mask",
-           "mask_density", "window_tile_fraction", "flex_window_attention", "to_mha_mask",
+           "window_tile_fraction", "to_mha_mask",
            "ATTENTION_FUNCTIONS"]
 
 
@@ -236,13 +236,6 @@ def block_sparse_mask(length: int, *, block_size: int, neighbors: int = 1, globa
     return keep
 
 
-def mask_density(mask: torch.Tensor) -> float:
-    """Share of (query, key) pairs a mask allows: the share of the score matrix computed."""
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
-    return float(mask.float().mean())
-
-
 def window_tile_fraction(length: int, *, window: int, block_size: int) -> float:
     """Share of the ``block_size`` x ``block_size`` score tiles that a sliding window of
     ``window`` touches: the work of a kernel that skips empty tiles (FlexAttention with a block
@@ -274,28 +267,6 @@ def flex_plan(device: torch.device | str, *, compiler: tuple[bool, str] | None =
         return None
     return (("compiler" if torch.device(device).type == "cpu" else "cuda"),
             f"FlexAttention is compiled: {why}")
-
-
-def flex_window_attention(length: int, *, window: int, block_size: int,
-                          device: torch.device | str = "cpu"):
-    """FlexAttention (``torch.nn.attention.flex_attention``, compiled) with a sliding-window
-    *block mask*: the kernel skips every ``block_size`` x ``block_size`` tile the window does not
-    touch. Returns ``fn(q, k, v)`` and the share of tiles skipped. Raises ``RuntimeError`` saying
-    why where this torch has no FlexAttention; compiling happens at the first call."""
-    _length(length)
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    except ImportError as err:
-        raise RuntimeError(f"torch {torch.__version__} has no FlexAttention") from err
-
-    def keep(b, h, q_idx, kv_idx):
-        return (q_idx - kv_idx).abs() <= window
-    block_mask = create_block_mask(keep, B=None, H=None, Q_LEN=length, KV_LEN=length,
-                                   BLOCK_SIZE=block_size, device=str(device))
-    compiled = torch.compile(flex_attention)
-    return (lambda q, k, v: compiled(q, k, v, block_mask=block_mask)), block_mask.sparsity() / 100
 
 
 def to_mha_mask(mask: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from course_lib.core.padding import key_padding_mask
+
 __all__ = ["TorchEncoderClassifier"]
 
 
@@ -41,7 +43,8 @@ class TorchEncoderClassifier(nn.Module):
         if attention_mask is None:
             attention_mask = input_ids != self.pad_id
         # torch's convention is the opposite of SDPA's: True = padding, to be ignored.
-        h = self.encoder(self.tok(input_ids), src_key_padding_mask=~attention_mask)
+        h = self.encoder(self.tok(input_ids),
+                         src_key_padding_mask=key_padding_mask(attention_mask))
         m = attention_mask.unsqueeze(-1).to(h.dtype)
         # On the nested-tensor path the padded positions come back as zeros: the same mean.
         return self.head((h * m).sum(1) / m.sum(1).clamp_min(1.0))

@@ -20,7 +20,7 @@ import io
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-__all__ = ["SPEED_ARGS", "SPEED_BATCHES", "interleaved_step_times", "step_times_over_batch",
+__all__ = ["SPEED_ARGS", "SPEED_BATCHES", "step_times_over_batch",
            "speedups", "predicted_speedup", "run", "from_evidence", "speed_figure"]
 
 # The lesson's timed run at its defaults (lesson 08's TIMING_ARGS without the batch), and the
@@ -30,28 +30,16 @@ SPEED_ARGS = ("--optimizer", "sgd", "--lr", "0.3", "--grad-clip", "100", "--task
 SPEED_BATCHES = (2, 4, 8, 16, 32, 64)
 
 
-def interleaved_step_times(worker_args: Sequence[str], *, nproc: int, cores: int, rounds: int,
-                           timeout: float = 300.0, launch: Callable | None = None,
-                           train: Callable | None = None) -> dict[str, list[float]]:
-    """``{configuration: [median step seconds of each round]}`` for one process with one
-    thread, one process with ``cores`` threads (both on batch ``nproc x b``) and DDP on
-    ``nproc`` ranks of batch ``b`` each, one thread per rank (gloo): with ``nproc <= cores``
-    every rank has a core of its own. ``b`` is the worker's ``--batch-size``. ``launch`` and
-    ``train`` default to ``distributed.launch.launch`` and ``distributed.ddp.run_training``
-    (tests pass fakes)."""
-    from course_lib.distributed.ddp import parse_args
-
-    b = parse_args([str(a) for a in worker_args])[0].batch_size
-    return step_times_over_batch(worker_args, [b], nproc=nproc, cores=cores, rounds=rounds,
-                                 timeout=timeout, launch=launch, train=train)[b]
-
-
 def step_times_over_batch(worker_args: Sequence[str], batches: Sequence[int], *, nproc: int,
                           cores: int, rounds: int, timeout: float = 300.0,
                           launch: Callable | None = None,
                           train: Callable | None = None) -> dict[int, dict[str, list[float]]]:
-    """``interleaved_step_times`` at each batch per rank of ``batches`` (smallest first):
-    ``{b: {configuration: [seconds of each round]}}``. In a round each configuration runs
+    """``{b: {configuration: [median step seconds of each round]}}`` at each batch per rank
+    ``b`` of ``batches`` (smallest first), for one process with one thread, one process with
+    ``cores`` threads (both on batch ``nproc x b``) and DDP on ``nproc`` ranks of batch ``b``
+    each, one thread per rank (gloo): with ``nproc <= cores`` every rank has a core of its own.
+    ``launch`` and ``train`` default to ``distributed.launch.launch`` and
+    ``distributed.ddp.run_training`` (tests pass fakes). In a round each configuration runs
     every batch in turn, DDP in one launch (the worker's ``--batches``), so the sweep pays the
     processes' start once per round, not once per batch."""
     from course_lib.distributed.launch import launch as default_launch
@@ -91,14 +79,14 @@ def step_times_over_batch(worker_args: Sequence[str], batches: Sequence[int], *,
 
 
 def speedups(times: dict[str, list[float]]) -> dict[str, object]:
-    """The three speed-ups of one batch's ``interleaved_step_times`` (each the course's
+    """The three speed-ups of one batch of ``step_times_over_batch`` (each the course's
     ``verdicts.speedup``, paired by round): ``"ddp"``, DDP over one process on one thread (a
     core per rank against one core: what a rank added buys); ``"threads"``, one process on every
     core over one thread; ``"ddp_vs_threads"``, DDP over that every-core process (two ways to
     spend the same cores)."""
     from course_lib.measure.verdicts import speedup
 
-    one, many, ddp = times.values()   # the order interleaved_step_times builds
+    one, many, ddp = times.values()   # the order step_times_over_batch builds
     return {"ddp": speedup(one, ddp), "threads": speedup(one, many),
             "ddp_vs_threads": speedup(many, ddp)}
 

@@ -1,5 +1,5 @@
 """The float formats of ``course_lib.floats.formats`` as torch stores and computes them (lesson 03):
-torch's own answers to compare the exact derivation with (``check_finfo``, ``torch_bits``,
+torch's own answers to compare the exact derivation with (``check_finfo``,
 ``torch_e4m3_overflow``), and tensors rounded to a format or summed in it (``simulate_tf32``,
 ``round_tensor``, ``running_sum``).
 """
@@ -11,7 +11,7 @@ import torch
 
 from course_lib.floats.formats import FloatFormat, get_format
 
-__all__ = ["check_finfo", "torch_bits", "torch_e4m3_overflow", "simulate_tf32", "round_tensor",
+__all__ = ["check_finfo", "torch_e4m3_overflow", "simulate_tf32", "round_tensor",
            "running_sum", "stochastic_round_bf16", "repeated_updates"]
 
 
@@ -34,16 +34,6 @@ def check_finfo(fmt: str | FloatFormat) -> dict[str, tuple[float, float]]:
 
 def _int_dtype(bits: int) -> torch.dtype:
     return {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[bits]
-
-
-def torch_bits(value: float, fmt: str | FloatFormat) -> int:
-    """The bit pattern torch produces when it converts an FP32 ``value`` to ``fmt``'s dtype."""
-    f = get_format(fmt)
-    if f.dtype is None:
-        raise ValueError(f"fmt must have a torch dtype; {f.name} has none ({f.note})")
-    src = torch.float64 if f.bits == 64 else torch.float32
-    b = int(torch.tensor([value], dtype=src).to(f.dtype).view(_int_dtype(f.bits)).item())
-    return b % (1 << f.bits)
 
 
 def torch_e4m3_overflow() -> str:

@@ -596,11 +596,3 @@ _DEMONSTRATIONS = [
                           "normal number): 52 + 1, 23 + 1, 10 + 1"),
 ]
 DEMONSTRATIONS: dict[str, Demonstration] = {d.id: d for d in _DEMONSTRATIONS}
-
-
-def for_lesson(stem: str) -> list[Claim]:
-    return [c for c in _CLAIMS if c.lesson == stem]
-
-
-def demonstrations_for(stem: str) -> list[Demonstration]:
-    return [d for d in _DEMONSTRATIONS if d.lesson == stem]

@@ -80,19 +80,6 @@ class Verdict:
     def unmeasured_points(self) -> tuple[Point, ...]:
         return tuple(p for p in self.points if not p.measured)
 
-    def regions(self) -> list[tuple[str, str, float, float]]:
-        """(series, outcome, first, last) for each run of consecutive measured points with one
-        outcome, in the order of the condition."""
-        out: list[tuple[str, str, float, float]] = []
-        for series in dict.fromkeys(p.series for p in self.points):
-            for p in sorted((p for p in self.measured_points if p.series == series),
-                            key=lambda p: p.at):
-                if out and out[-1][0] == series and out[-1][1] == p.outcome:
-                    out[-1] = (series, p.outcome, out[-1][2], p.at)
-                else:
-                    out.append((series, p.outcome, p.at, p.at))
-        return out
-
     def as_dict(self) -> dict:
         d = {"claim": self.claim, "outcome": self.outcome, "value": self.value,
              "se": self.se, "dof": None if math.isinf(self.dof) else self.dof,

@@ -4,8 +4,7 @@
 course's encoder, its optimizer and a batch for a ``Setup``, runs a tiny step (one sequence of 8
 tokens: threads, kernels and the optimizer's state now exist), then measures one real training
 step (``core.train.train_step``). Its extra peak RSS is what a steady-state step adds to the
-weights and the optimizer state: ``anatomy.plan(setup).step``. ``static_bytes`` counts the
-weights, gradients and optimizer state of a live model and optimizer tensor by tensor, exactly.
+weights and the optimizer state: ``anatomy.plan(setup).step``.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import torch
 from torch import nn
 
 from course_lib.core.model import build_model
-from course_lib.core.optimizers import make_optimizer, state_bytes
+from course_lib.core.optimizers import make_optimizer
 from course_lib.core.task import task_loss
 from course_lib.core.train import train_step
 from course_lib.memory.anatomy import CHECKPOINTING, Setup
@@ -32,7 +31,7 @@ from course_lib.memory.checkpointing import Checkpointed
 # above 128 KiB its own mapping, returned to the system when freed. (Other C libraries ignore it.)
 FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
-__all__ = ["build", "static_bytes", "step_case", "measured_peaks",
+__all__ = ["build", "step_case", "measured_peaks",
            "cuda_step", "checkpoint_times", "allocations_by_layer"]
 
 
@@ -49,15 +48,6 @@ def build(s: Setup, *, seed: int = 0) -> tuple[nn.Module, dict]:
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
              "labels": torch.randint(0, s.n_outputs, (s.batch,), generator=g)}
     return (model if s.checkpoint == "none" else Checkpointed(model, s.checkpoint)), batch
-
-
-def static_bytes(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
-    """Bytes of the weights, the gradients that exist now, and the optimizer's state tensors."""
-    params = list(model.parameters())
-    return {"weights": sum(p.numel() * p.element_size() for p in params),
-            "gradients": sum(p.grad.numel() * p.grad.element_size() for p in params
-                             if p.grad is not None),
-            "optimizer": state_bytes(opt, include_scalars=False)}
 
 
 def step_case(*, prepare: bool = False, micro: int = 1, **setup):

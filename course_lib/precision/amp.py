@@ -22,11 +22,10 @@ import torch
 from torch import nn
 
 from course_lib.core.model import Attention
-from course_lib.core.train import TrainConfig, make_step_fn, train
+from course_lib.core.train import TrainConfig, train
 from course_lib.core.evaluate import evaluate
 from course_lib.core.precision import make_scaler, precision
 from course_lib.core.task import to_device
-
 
 
 @dataclass
@@ -140,21 +139,3 @@ def autocast_policy(from32: str, fromlow: str, low: str) -> str:
     if from32 == low:
         return f"casts to {low}"
     return "forces FP32" if fromlow == "float32" else "follows its inputs"
-
-
-def synthetic_step(*, precision_name: str, vocab_size: int = 1000, preset: str = "teacher",
-                   batch_size: int = 16, length: int = 64, seed: int = 0,
-                   prepare: bool = False):
-    """A training step on random tokens; for ``bench.peak_rss`` (``prepare=True`` returns the
-    step function, built before the memory baseline is read)."""
-    from course_lib.core.model import build_model
-    model = build_model(vocab_size, preset=preset, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, vocab_size, (batch_size, length), generator=g)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
-             "labels": torch.randint(0, 2, (batch_size,), generator=g)}
-    fn = make_step_fn(model, batch, precision_name=precision_name, device="cpu")
-    if prepare:
-        return fn
-    fn()
-    return None

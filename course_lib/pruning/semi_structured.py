@@ -16,7 +16,7 @@ from torch import nn
 from course_lib.core.model import FeedForward
 from course_lib.pruning.masks import semi_structured_mask
 
-__all__ = ["supported", "ffn_linears", "apply_2_4", "fraction_2_4"]
+__all__ = ["supported", "ffn_linears", "apply_2_4"]
 
 
 def supported(device: torch.device | str) -> tuple[bool, str]:
@@ -61,15 +61,6 @@ def apply_2_4(model: nn.Module, *, convert: bool = False) -> int:
         else:
             lin.weight.copy_(w)
     return len(lins)
-
-
-def fraction_2_4(weight: torch.Tensor) -> float:
-    """Share of the groups of 4 consecutive inputs holding at most 2 non-zeros (1.0 = 2:4)."""
-    if weight.dim() != 2 or weight.shape[1] % 4:
-        raise ValueError("weight must be 2-D with columns divisible by 4, "
-                         f"got {tuple(weight.shape)}")
-    nonzero = (weight.detach() != 0).reshape(weight.shape[0], -1, 4).sum(-1)
-    return float((nonzero <= 2).float().mean())
 
 
 def measure_2_4(model: nn.Module, test_loader, batch: tuple[torch.Tensor, torch.Tensor], *,

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-__all__ = ["StaticLinear", "quantize_static_int8", "static_linears"]
+__all__ = ["StaticLinear", "quantize_static_int8"]
 
 _SILENCED = (r"torch\.ao\.quantization is deprecated", r"Please use quant_min and quant_max",
              r"torch\.quantize_per_tensor.*deprecated")
@@ -86,8 +86,3 @@ def quantize_static_int8(model: nn.Module, calibration: Iterable[dict], *,
             raise ValueError("calibration yielded no batches: the observers saw nothing")
         torch.ao.quantization.convert(q, inplace=True)
     return q
-
-
-def static_linears(model: nn.Module) -> list[StaticLinear]:
-    """The converted ``StaticLinear`` modules of ``model``."""
-    return [m for m in model.modules() if isinstance(m, StaticLinear)]

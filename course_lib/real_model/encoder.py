@@ -7,7 +7,8 @@ The model is sentence-transformers/all-MiniLM-L6-v2 (a 6-layer BERT, hidden size
 
 What this module adds is only what the libraries and the course do not already do: the text
 (sentences of the course library's own docstrings, frozen in ``course_sentences.json`` so that
-editing a docstring never moves lesson 15's numbers; ``write_course_sentences`` rebuilds it), a
+editing a docstring never moves lesson 15's numbers; ``write_course_sentences`` rebuilds it:
+``python -m course_lib.tools.checkpoints --sentences``), a
 forward pass that takes the course's padded batches (``padding.pad_batch``, any batch plan from
 ``course_lib.core.batching``), and the quality measures of an embedding without labels: cosine
 fidelity to the FP32 model and nearest-neighbour agreement.

@@ -5,6 +5,7 @@
     python -m course_lib.tools.checkpoints --logits   # stores its logits over lesson 06's data
     python -m course_lib.tools.checkpoints --student  # stores lesson 06's best student (lesson 14)
     python -m course_lib.tools.checkpoints --decoders # trains lesson 16's decoders (~5 min)
+    python -m course_lib.tools.checkpoints --sentences  # freezes lesson 15's sentences
 """
 from __future__ import annotations
 
@@ -30,7 +31,16 @@ def main(argv: list[str] | None = None) -> None:
                          "distillation set")
     ap.add_argument("--decoders", action="store_true",
                     help="only (re)train lesson 16's decoders (course_lib/generate/weights/)")
+    ap.add_argument("--sentences", action="store_true",
+                    help="only (re)write lesson 15's frozen sentences "
+                         "(course_lib/real_model/course_sentences.json)")
     args = ap.parse_args(argv)
+    if args.sentences:
+        from course_lib.real_model.encoder import SENTENCES_FILE, write_course_sentences
+        from course_lib.tools.evidence import git_commit
+        n = write_course_sentences(SENTENCES_FILE, source=f"course_lib at {git_commit()}")
+        print(f"wrote {SENTENCES_FILE}: {n} sentences")
+        return
     if args.decoders:
         from course_lib.generate.stored import WEIGHTS_DIR, save_decoders, train_decoders
         torch.set_num_threads(min(2, torch.get_num_threads()))   # same threads -> same weights

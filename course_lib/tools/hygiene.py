@@ -14,6 +14,7 @@ The notebook tests fail on either (``tests/nbutil.run_smoke``) and ``make report
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from course_lib.ui.plots import LAYOUT_KEY
 
@@ -88,3 +89,36 @@ def median_ratios(source: str) -> list[str]:
             if _MEDIAN.search(left) and _MEDIAN.search(right):
                 found.append(ast.unparse(node))
     return found
+
+
+def median_ratio_findings(root: Path) -> list[str]:
+    """``median_ratios`` over every lesson's code cells and every module of ``course_lib``
+    under ``root`` (a checkout): where each one is."""
+    import json
+
+    found = []
+    for nb in sorted((root / "notebooks").glob("[0-9]*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                found += [f"{nb.stem} cell {i}: {r}"
+                          for r in median_ratios("".join(cell["source"]))]
+    for py in sorted((root / "course_lib").rglob("*.py")):
+        found += [f"{py.relative_to(root)}: {r}"
+                  for r in median_ratios(py.read_text(encoding="utf-8"))]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.tools.hygiene [ROOT]``: the speed-ups computed from medians in
+    a checkout (exit status 1 if any), the check the unit tests run."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", type=Path, default=Path.cwd())
+    found = median_ratio_findings(ap.parse_args(argv).root)
+    print("\n".join(found) if found else "no speed-up computed from medians")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
