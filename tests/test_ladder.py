@@ -137,6 +137,26 @@ def test_peak_memory_in_a_fresh_process_exceeds_the_weights(smoke_run):
     assert LM.peak_mib(zoo, inputs, rung) == zoo.size_bytes(rung) / 2**20   # weights only
 
 
+def test_the_serving_probe_measures_the_forward_pass_it_runs(smoke_run, tmp_path):
+    """The fresh process's extra peak follows the forward pass: 16 times the batch, more
+    activations alive at once, a clearly higher peak (the weights are the same)."""
+    from course_lib.measure import bench
+
+    zoo, inputs, _, _ = smoke_run
+    rung = ladder.Rung("baseline")
+    ids, mask = LI.typical_batch(zoo, inputs, rung, len(inputs.typical))
+    src = zoo.model(rung)
+    extra = {}
+    for copies in (1, 16):
+        path = tmp_path / f"probe{copies}.pt"
+        torch.save({"config": src.cfg.to_dict(), "state": src.state_dict(),
+                    "ids": ids.repeat(copies, 1), "mask": mask.repeat(copies, 1)}, path)
+        extra[copies] = bench.peak_rss("course_lib.capstone.ladder_memory:serve_probe",
+                                       {"path": str(path), "int8": False, "amp": False,
+                                        "sdpa": True}, prepare=True).extra_bytes
+    assert extra[16] > 4 * max(extra[1], 2**20), extra
+
+
 def test_peaks_in_parallel_go_to_their_own_rungs(smoke_run):
     """Two fresh processes at a time: each rung still gets its own figure."""
     import pytest

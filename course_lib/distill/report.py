@@ -13,7 +13,7 @@ import torch
 
 from course_lib.measure.bench import synchronize
 from course_lib.core.batching import make_loader
-from course_lib.measure.verdicts import Estimate, difference_call, speedup
+from course_lib.measure.verdicts import CONFIDENCE, Estimate, difference_call, speedup
 
 NAMES = {"small": "1 layer, width 64", "half": "2 layers, teacher's width",
          "half_from_teacher": "2 layers, from the teacher's layers 0 and 2"}
@@ -51,7 +51,7 @@ def split_seconds(models: Mapping[str, torch.nn.Module], dataset, *, batch_size:
 
 
 
-def call(e: Estimate, *, confidence: float = 0.95) -> str:
+def call(e: Estimate, *, confidence: float = CONFIDENCE) -> str:
     """``verdicts.difference_call`` in the words of seeds: "a gain", "a loss" or "within the
     seed noise" (always, for one seed: its standard error is infinite)."""
     c = difference_call(e, confidence=confidence)

@@ -96,12 +96,9 @@ def width_figure(sweep: dict[int, dict[str, dict]], *, learner: int, judged: str
         ax.errorbar(widths, [e.value for e in est], yerr=_errors(est), fmt="o-", capsize=3,
                     color=f"C{i}", lw=2.5 if name == judged else 1.2, label=name)
     _mark(ax, learner, sweep[learner][judged]["speedup"].value, bar, you="the course's width")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(widths, [str(w) for w in widths])
-    ax.set_xlabel("width (d_model of a 2-layer decoder)")
-    ax.set_ylabel("tokens/s ÷ FP32's (95% CI)")
-    ax.set_title("Low precision for decoding one token at a time (CPU)")
-    ax.legend(fontsize=7)
+    _powers_of_two_axes(ax, widths, xlabel="width (d_model of a 2-layer decoder)",
+                        ylabel="tokens/s ÷ FP32's (95% CI)",
+                        title="Low precision for decoding one token at a time (CPU)")
     return fig
 
 
@@ -168,13 +165,10 @@ def batch_figure(speed: dict[int, dict]):
     ax.plot(bs, [speed[b]["per_sequence_tokens_per_s"] for b in bs], "s--", label="each sequence")
     ax.plot(bs, [speed[bs[0]]["tokens_per_s"] * b / bs[0] for b in bs], ":", color="grey",
             label="if a batch cost what one sequence costs")
-    ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xticks(bs, [str(b) for b in bs])
-    ax.set_xlabel("sequences decoded together (batch)")
-    ax.set_ylabel("tokens / s (median)")
-    ax.set_title("Batching: one pass, many sequences (cached decoding, CPU)")
-    ax.legend(fontsize=7)
+    _powers_of_two_axes(ax, bs, xlabel="sequences decoded together (batch)",
+                        ylabel="tokens / s (median)",
+                        title="Batching: one pass, many sequences (cached decoding, CPU)")
     return fig
 
 
@@ -226,3 +220,13 @@ def cache_picture(prompt_len: int = 6, new_tokens: int = 6):
                             Patch(color="#9ecae1", label="read from the cache")],
                    fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
     return fig
+
+
+def _powers_of_two_axes(ax, xs, *, xlabel: str, ylabel: str, title: str) -> None:
+    """A log2 x axis ticked at the swept values, the labels, the title and a small legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)

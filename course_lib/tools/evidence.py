@@ -236,17 +236,22 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+# The runs timed in interleaved rounds, and the fewest rounds each needs for an error.
+ROUNDS_RUNS = {"ladder_multiply": 3, "int8_throughput": 2, "sparse_over_length": 2,
+               "lowrank_over_length": 2, "ddp_speed": 2}
+
+
 def write_evidence(name: str, body: dict, *, command: str, seconds: float | None = None,
                    directory: Path = EVIDENCE_DIR) -> Path:
     """Store ``body`` as ``<directory>/<name>.json`` with its command, hardware, date, the git
-    commit and torch version that ran it, and its total ``seconds``."""
+    commit, torch version and thread count that ran it, and its total ``seconds``."""
     if name not in EVIDENCE:
         raise ValueError(f"name must be one of {EVIDENCE}, got {name!r}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     record = {"name": name, "command": command, "hardware": capabilities("cpu").as_dict(),
               "date": datetime.date.today().isoformat(), "commit": git_commit(),
-              "torch": torch.__version__,
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
               "seconds": None if seconds is None else round(seconds, 1), **body}
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
@@ -305,127 +310,76 @@ def main(argv: list[str] | None = None) -> None:
     corpus = load_corpus()
     command = (f"python -m course_lib.tools.evidence {args.name} "
                f"--seeds {' '.join(map(str, args.seeds))}")
+    log = lambda m: print(m, flush=True)   # noqa: E731
+    rounds_command = f"python -m course_lib.tools.evidence {args.name} --rounds {args.rounds}"
+    if args.name in ROUNDS_RUNS and args.rounds < ROUNDS_RUNS[args.name]:
+        raise SystemExit(f"--rounds must be >= {ROUNDS_RUNS[args.name]}, got {args.rounds}")
+    if args.name in ROUNDS_RUNS:
+        command = rounds_command
     if args.name == "teacher_convergence":
         from course_lib.core.checkpoints import DEFAULT_DIR
         body = teacher_convergence(corpus, seeds=tuple(args.seeds),
                                    ship_dir=DEFAULT_DIR if args.ship else None)
     elif args.name == "sorted_batching":
         body = sorted_batching(corpus, seeds=tuple(args.seeds))
-        path = write_evidence(args.name, body, seconds=time.perf_counter() - t0,
-                              command=command, directory=args.dir)
-        print(f"wrote {path}")
-        return
     elif args.name == "optimizer_race":
         from course_lib.optim.race_budget import run as run_race
-        body = run_race(seeds=tuple(args.seeds), workers=2, log=lambda m: print(m, flush=True))
-        body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-        print(f"wrote {path}")
-        return
+        body = run_race(seeds=tuple(args.seeds), workers=2, log=log)
     elif args.name == "int8_topic_task":
         from course_lib.quant.dynamic import dynamic_variants
         from course_lib.real_model.task import run as run_task
-        body = run_task(dynamic_variants, seeds=tuple(args.seeds),
-                        log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-        print(f"wrote {path}")
-        return
+        body = run_task(dynamic_variants, seeds=tuple(args.seeds), log=log)
     elif args.name == "gqa_uptrain":
         from course_lib.generate.stored import gqa_uptrain_evidence
-        body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds),
-                                    log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-        print(f"wrote {path}")
-        return
+        body = gqa_uptrain_evidence(corpus, seeds=tuple(args.seeds), log=log)
     elif args.name == "ladder_multiply":
         from course_lib.capstone.ladder_evidence import run as run_multiply
-        if args.rounds < 3:
-            raise SystemExit(f"--rounds must be >= 3, got {args.rounds}")
-        body = run_multiply(rounds=args.rounds, log=lambda m: print(m, flush=True))
-        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
-                              command="python -m course_lib.tools.evidence ladder_multiply "
-                                      f"--rounds {args.rounds}")
-        print(f"wrote {path}")
-        return
-    elif args.name in ("int8_throughput", "sparse_over_length", "lowrank_over_length"):
-        if args.rounds < 2:
-            raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
-        if args.name == "int8_throughput":    # lesson 07's sweep, at its default widths
-            from course_lib.quant.sweep import evidence as run_rounds
-            body = run_rounds([128, 256, 384, 512, 1024], [1, 32], rounds=args.rounds)
-        elif args.name == "sparse_over_length":   # lesson 11's sweeps: one thread, as the lesson
-            from course_lib.attention.sparse import evidence as run_rounds
-            torch.set_num_threads(1)
-            body = run_rounds([512, 1024, 2048, 4096], rounds=args.rounds, window=64,
-                              block_size=128, batch=1, heads=4, head_dim=64)
-        else:
-            from course_lib.attention.lowrank import evidence as run_rounds
-            torch.set_num_threads(1)
-            body = run_rounds([512, 1024, 2048, 4096], rank=256, rounds=args.rounds, batch=1,
-                              heads=4, head_dim=64)
-        body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
-                              command=f"python -m course_lib.tools.evidence {args.name} "
-                                      f"--rounds {args.rounds}")
-        print(f"wrote {path}")
-        return
+        body = run_multiply(rounds=args.rounds, log=log)
+    elif args.name == "int8_throughput":    # lesson 07's sweep, at its default widths
+        from course_lib.quant.sweep import evidence as run_rounds
+        body = run_rounds([128, 256, 384, 512, 1024], [1, 32], rounds=args.rounds)
+    elif args.name == "sparse_over_length":   # lesson 11's sweeps: one thread, as the lesson
+        from course_lib.attention.sparse import evidence as run_rounds
+        torch.set_num_threads(1)
+        body = run_rounds([512, 1024, 2048, 4096], rounds=args.rounds, window=64,
+                          block_size=128, batch=1, heads=4, head_dim=64)
+    elif args.name == "lowrank_over_length":
+        from course_lib.attention.lowrank import evidence as run_rounds
+        torch.set_num_threads(1)
+        body = run_rounds([512, 1024, 2048, 4096], rank=256, rounds=args.rounds, batch=1,
+                          heads=4, head_dim=64)
     elif args.name == "ddp_speed":
         from course_lib.distributed.timing import run as run_speed
-        if args.rounds < 2:
-            raise SystemExit(f"--rounds must be >= 2, got {args.rounds}")
         body = run_speed(rounds=args.rounds)
-        path = write_evidence(args.name, body, directory=args.dir, seconds=time.perf_counter() - t0,
-                              command="python -m course_lib.tools.evidence ddp_speed "
-                                      f"--rounds {args.rounds}")
-        print(f"wrote {path}")
-        return
     elif args.name == "ddp_stability":
         from course_lib.distributed.stability import run as run_stability
-        body = run_stability(seeds=tuple(args.seeds), log=lambda m: print(m, flush=True))
-        body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-        print(f"wrote {path}")
-        return
-    elif args.name in ("pruning_budget", "distillation_transfer"):
+        body = run_stability(seeds=tuple(args.seeds), log=log)
+    elif args.name == "pruning_budget":
+        from course_lib.pruning.budget import run as run_budget
         teacher, _ = load_baseline(corpus, train_if_missing=False)
-        if args.name == "pruning_budget":
-            from course_lib.pruning.budget import run as run_budget
-            body = run_budget(corpus, teacher, seeds=tuple(args.seeds),
-                              log=lambda m: print(m, flush=True))
-        else:
-            from course_lib.distill.losses import DistillSet
-            from course_lib.distill.stored import teacher_logits_stored
-            from course_lib.distill.transfer import run as run_transfer
-            cached, _ = teacher_logits_stored(teacher, DistillSet(corpus.train, corpus.transfer))
-            body = run_transfer(corpus, teacher, cached, seeds=tuple(args.seeds), steps=args.steps,
-                                log=lambda m: print(m, flush=True))
-        body["threads"] = torch.get_num_threads()
-        path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-        print(f"wrote {path}")
-        return
+        body = run_budget(corpus, teacher, seeds=tuple(args.seeds), log=log)
+    elif args.name == "distillation_transfer":
+        from course_lib.distill.losses import DistillSet
+        from course_lib.distill.stored import teacher_logits_stored
+        from course_lib.distill.transfer import run as run_transfer
+        teacher, _ = load_baseline(corpus, train_if_missing=False)
+        cached, _ = teacher_logits_stored(teacher, DistillSet(corpus.train, corpus.transfer))
+        body = run_transfer(corpus, teacher, cached, seeds=tuple(args.seeds), steps=args.steps,
+                            log=log)
     elif args.name == "fp16_regression":
         body = fp16_regression(seeds=tuple(args.seeds))
-        path = write_evidence(args.name, body, seconds=time.perf_counter() - t0, command=command,
-                              directory=args.dir)
-        print(f"wrote {path}")
-        return
     else:
         teacher, _ = load_baseline(corpus, train_if_missing=False)
         body = student_ceiling(corpus, teacher, seeds=tuple(args.seeds))
     path = write_evidence(args.name, body, command=command, directory=args.dir,
-                              seconds=time.perf_counter() - t0)
-    for row in summary(json.loads(path.read_text())):
-        accs = ", ".join(f"{100 * a:.2f}%" for a in row["test_accuracy"])
-        print(f"{row['model']}: test {accs} (mean {100 * row['mean']:.2f}%, spread "
-              f"{100 * row['spread']:.2f} points); best validation at steps {row['best_val_step']} "
-              f"of {row['steps']}")
+                          seconds=time.perf_counter() - t0)
+    if args.name in ("teacher_convergence", "student_ceiling"):
+        for row in summary(json.loads(path.read_text())):
+            accs = ", ".join(f"{100 * a:.2f}%" for a in row["test_accuracy"])
+            print(f"{row['model']}: test {accs} (mean {100 * row['mean']:.2f}%, spread "
+                  f"{100 * row['spread']:.2f} points); best validation at steps "
+                  f"{row['best_val_step']} of {row['steps']}")
     print(f"wrote {path}")
-
 
 if __name__ == "__main__":
     main()
