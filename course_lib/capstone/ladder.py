@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from course_lib.core.precision import autocast
 from course_lib.measure.claims import ACCURACY_TOLERANCE_POINTS
 
 TECHNIQUES = ("bucketing", "amp", "distill", "prune", "int8", "sdpa")
@@ -157,6 +158,5 @@ def applied(rung: Rung, *, device_type: str, dtype: torch.dtype | None) -> Itera
     math backend unless ``sdpa``."""
     dtype = dtype if rung.amp else None
     kernels = contextlib.nullcontext() if rung.sdpa else sdpa_kernel([SDPBackend.MATH])
-    with kernels, torch.amp.autocast(
-            device_type=device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
+    with kernels, autocast(device_type, dtype):
         yield

@@ -17,6 +17,7 @@ from torch import nn
 
 from course_lib.core.model import count_parameters
 from course_lib.core.optimizers import STATE_PER_ELEMENT
+from course_lib.core.precision import autocast
 
 __all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width",
            "memory_by_length", "local_exponents"]
@@ -44,9 +45,7 @@ def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tens
     model.train()
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-                torch.amp.autocast(device_type=ids.device.type,
-                                   dtype=autocast_dtype or torch.float32,
-                                   enabled=autocast_dtype is not None):
+                autocast(ids.device, autocast_dtype):
             out = model(ids, mask)
         del out   # the graph (and what it saved) is freed here; nothing runs backward
     finally:

@@ -10,35 +10,24 @@ interleaved timing of both versions
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import torch
 
+from course_lib.core.precision import autocast, precision_of
 from course_lib.core.train import make_step_fn
-from course_lib.core.precision import precision_of
 from course_lib.measure import bench
 from course_lib.measure.verdicts import Estimate
 
-__all__ = ["autocast_context", "inference_fn", "training_step", "eager_vs_compiled",
+__all__ = ["inference_fn", "training_step", "eager_vs_compiled",
            "payback_calls"]
-
-
-def autocast_context(device: torch.device | str, dtype: torch.dtype | None):
-    """A context manager factory: autocast to ``dtype`` on ``device``, or nothing when None."""
-    kind = torch.device(device).type
-    if dtype is None:
-        return contextlib.nullcontext
-    return lambda: torch.autocast(kind, dtype=dtype)
 
 
 def inference_fn(model: torch.nn.Module, *, device: torch.device | str = "cpu",
                  dtype: torch.dtype | None = None) -> Callable:
     """``fn(ids, mask) -> logits`` without gradients, under autocast to ``dtype``."""
-    ctx = autocast_context(device, dtype)
-
     def infer(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad(), ctx():
+        with torch.no_grad(), autocast(device, dtype):
             return model(ids, mask)
     return infer
 

@@ -8,9 +8,9 @@ multiplied by a scale before ``backward`` (``torch.amp.GradScaler``, Micikeviciu
 clipping, skips any step whose gradients hold inf/NaN and halves the scale, and doubles it after
 ``growth_interval`` clean steps. The ``torch.cuda.amp.*`` spellings are deprecated.
 
-The precision rule (``choose_precision``) matches ``course_lib.core.device.amp_dtype``: BF16 where
-the hardware has fast BF16 (CUDA compute capability >= 8, CPUs with avx512_bf16 or AMX), FP16 with a
-scaler on other CUDA GPUs (Colab's T4), FP32 otherwise.
+The precision rule is the course's one (``core.precision.choose_precision``): BF16 where the
+hardware has BF16 instructions (CUDA compute capability >= 8, CPUs with avx512_bf16 or AMX),
+FP16 with a scaler on other CUDA GPUs (Colab's T4), FP32 otherwise.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from torch import nn
 from course_lib.core.model import Attention
 from course_lib.core.train import TrainConfig, train
 from course_lib.core.evaluate import evaluate
-from course_lib.core.precision import make_scaler, precision
+from course_lib.core.precision import autocast, make_scaler, precision
 from course_lib.core.task import to_device
 
 
@@ -91,8 +91,7 @@ def layer_output_dtypes(model: nn.Module, batch: dict, *, device: torch.device |
     model.to(device).train()
     batch = to_device(batch, device)
     try:
-        with torch.amp.autocast(device_type=device.type, dtype=dtype or torch.float32,
-                                enabled=dtype is not None):
+        with autocast(device, dtype):
             out = model(batch["input_ids"], batch["attention_mask"])
             loss = nn.functional.cross_entropy(out, batch["labels"]) if out.dim() == 2 else \
                 nn.functional.mse_loss(out, batch["ratings"])
@@ -125,7 +124,7 @@ def op_output_dtypes(device: torch.device | str, dtype: torch.dtype,
                "cross_entropy": lambda: F.cross_entropy(a, y),
                "mse_loss": lambda: F.mse_loss(a, a), "exp": lambda: a.exp(),
                "sum": lambda: a.sum(), "add": lambda: a + a, "relu": lambda: F.relu(a)}
-        with torch.amp.autocast(device_type=device.type, dtype=dtype):
+        with autocast(device, dtype):
             return {k: str(f().dtype).replace("torch.", "") for k, f in ops.items()}
 
     from32 = table(*(t.to(device) for t in base))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.core.padding import pad_batch
+from course_lib.core.precision import autocast
 from course_lib.core.optimizers import adamw
 from course_lib.core.train import train_step
 
@@ -159,8 +160,7 @@ def _forward(bert, ids, pad_id, fixed_length, device, autocast_dtype):
     if cut:
         raise ValueError(f"fixed_length={fixed_length} would cut {cut} tokens")
     tok, mask = tok.to(device), mask.to(device)
-    with torch.autocast(device.type, dtype=autocast_dtype or torch.float32,
-                        enabled=autocast_dtype is not None):
+    with autocast(device, autocast_dtype):
         h = bert(input_ids=tok, attention_mask=mask.long()).last_hidden_state.float()
     m = mask.unsqueeze(-1).float()
     return F.normalize((h * m).sum(1) / m.sum(1), dim=-1)
