@@ -189,3 +189,17 @@ def test_stochastic_rounding_lands_on_a_neighbour_and_is_exact_on_average():
     upd = repeated_updates(1.0, 1e-3, 200, generator=torch.Generator().manual_seed(0))
     assert upd["bf16"] == 1.0 and upd["fp32"] == pytest.approx(1.2, abs=1e-4)
     assert upd["exact"] == pytest.approx(1.2) and abs(upd["bf16_stochastic"] - 1.2) < 0.1
+
+
+def test_the_accumulator_probe_separates_the_hypotheses_against_fp64():
+    """Each hypothesis is exact arithmetic rounded at the end: an FP32 accumulator rounds the
+    FP64 value once (at most half an FP16 step off), a tree of FP16 sums drifts, an FP16 running
+    sum drifts most; the probe needs at least 2 values and 1 trial."""
+    probe = float_torch.accumulator_probe(n=1024, trials=4,
+                                          generator=torch.Generator().manual_seed(0))
+    e = probe["error_in_steps"]
+    assert e["fp32 accumulator"] <= 0.5 < e["fp16 pairwise sum"] < e["fp16 running sum"]
+    assert probe["matches"]["fp16 running sum"] < 4
+    assert 0 <= probe["matches"]["fp32 accumulator"] <= 4 and probe["trials"] == 4
+    with pytest.raises(ValueError, match="n must be"):
+        float_torch.accumulator_probe(n=1, generator=torch.Generator())

@@ -12,7 +12,7 @@ import torch
 from course_lib.floats.formats import FloatFormat, get_format
 
 __all__ = ["check_finfo", "torch_e4m3_overflow", "simulate_tf32", "round_tensor",
-           "running_sum", "stochastic_round_bf16", "repeated_updates"]
+           "running_sum", "accumulator_probe", "stochastic_round_bf16", "repeated_updates"]
 
 
 def check_finfo(fmt: str | FloatFormat) -> dict[str, tuple[float, float]]:
@@ -82,6 +82,44 @@ def running_sum(values: torch.Tensor, fmt: str | FloatFormat) -> torch.Tensor:
         acc = round_tensor((acc + x).reshape(1), f)[0].double()
         out[i] = acc
     return out if f.name == "fp64" else out.float()
+
+
+def accumulator_probe(*, n: int = 4096, trials: int = 20, device: torch.device | str = "cpu",
+                      generator: torch.Generator) -> dict:
+    """Which accumulator torch's FP16 dot product uses on ``device``, decided against an FP64
+    reference: ``trials`` pairs of random FP16 vectors of ``n`` values (normal, so partial sums
+    are rarely exact, unlike a sum of ones), their dot product by torch (``x @ y`` in FP16), and
+    three hypotheses for it, each rounded to FP16 at the end as torch's result is: an FP32 (or
+    wider) accumulator (the FP64 dot of the FP16 values), an FP16 running sum (every product and
+    partial sum rounded to FP16) and an FP16 pairwise sum (a tree, rounded at every level).
+    Returns, per hypothesis, in how many trials it equals torch's result exactly, and each
+    one's (and torch's) mean error against the FP64 reference, in units of FP16's relative
+    precision (``eps × |reference|``: 1 is about one FP16 step)."""
+    if n < 2 or trials < 1:
+        raise ValueError(f"n must be >= 2 and trials >= 1, got n={n}, trials={trials}")
+    names = ("fp32 accumulator", "fp16 running sum", "fp16 pairwise sum")
+    hits = dict.fromkeys(("torch", *names), 0)
+    err = dict.fromkeys(("torch", *names), 0.0)
+    for _ in range(trials):
+        x = torch.randn(n, generator=generator).half()
+        y = torch.randn(n, generator=generator).half()
+        ref = float((x.double() * y.double()).sum())
+        prods = (x.float() * y.float()).half()               # each product rounded to FP16
+        pair = prods
+        while pair.numel() > 1:                              # a tree, FP16 at every level
+            if pair.numel() % 2:
+                pair = torch.cat([pair, pair.new_zeros(1)])
+            pair = (pair[0::2].float() + pair[1::2].float()).half()
+        got = {"torch": float((x.to(device) @ y.to(device)).cpu()),
+               "fp32 accumulator": float(torch.tensor(ref).half()),
+               "fp16 running sum": float(running_sum(prods.float(), "fp16")[-1]),
+               "fp16 pairwise sum": float(pair[0])}
+        step = float(torch.finfo(torch.float16).eps) * max(abs(ref), 2.0 ** -14)
+        for k, v in got.items():
+            hits[k] += v == got["torch"]
+            err[k] += abs(v - ref) / step / trials
+    return {"trials": trials, "n": n, "matches": {k: hits[k] for k in names},
+            "error_in_steps": err}
 
 
 def gradient_magnitudes(model: torch.nn.Module, loader, *, batches: int, loss_fn) -> torch.Tensor:
