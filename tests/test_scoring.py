@@ -40,3 +40,15 @@ def test_sparsity_bars_draw_one_bar_per_tensor_at_its_sparsity():
     sparsity_bars(report, ax=ax, title="t")
     heights = [p.get_height() for p in ax.patches]
     assert heights == [r["sparsity"] for r in report] and ax.get_title() == "t"
+
+
+def test_one_rounding_for_an_accuracy_from_a_count_or_a_float32_manifest():
+    import pytest
+
+    from course_lib.measure.scoring import percent
+    count, manifest = 1987 / 2000, float(torch.tensor(1987 / 2000, dtype=torch.float32))
+    assert format(count, ".1%") != format(manifest, ".1%")          # the old two roundings
+    assert percent(count) == percent(manifest) == "99.35%"
+    assert percent(1.0) == "100.00%" and percent(0.0) == "0.00%"
+    with pytest.raises(ValueError, match="accuracy must be in"):
+        percent(1.5)
