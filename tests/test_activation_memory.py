@@ -66,7 +66,7 @@ def test_memory_by_width_matches_a_direct_count_and_finds_the_crossover():
 
 
 def test_memory_by_length_equals_a_direct_count_and_its_exponents_a_hand_computation():
-    from course_lib.measure.memory import local_exponents, memory_by_length
+    from course_lib.measure.memory import fitted_exponents, memory_by_length
 
     tiny = build_model(40, preset="teacher", d_model=32, n_heads=2, d_ff=64, n_layers=1,
                        attention="naive", max_len=64, seed=0)
@@ -76,7 +76,16 @@ def test_memory_by_length_equals_a_direct_count_and_its_exponents_a_hand_computa
                            attention="naive", max_len=96, seed=0)
         ids = torch.randint(2, 40, (5, n))
         assert got[n] == saved_activation_bytes(wide, ids, torch.ones_like(ids, dtype=torch.bool))
-    k = local_exponents({10: 100, 20: 400, 40: 800})
-    assert k == {20: pytest.approx(2.0), 40: pytest.approx(1.0)}
+    # by hand: c = 0, a = b = 1 gives (L + 2L²) / (L + L²): 1.5 at L = 1, 5/3 at 2, 9/5 at 4
+    k = fitted_exponents({1: 2, 2: 6, 4: 20})
+    assert k == {1: pytest.approx(1.5), 2: pytest.approx(5 / 3), 4: pytest.approx(9 / 5)}
+    assert fitted_exponents({8: 800, 16: 1600, 32: 3200}) == {
+        8: pytest.approx(1.0), 16: pytest.approx(1.0), 32: pytest.approx(1.0)}
+    naive = memory_by_length(tiny, [16, 32, 64, 128], batch=2)    # exact counts lie on the curve
+    assert fitted_exponents(naive)[128] > fitted_exponents(naive)[16]
+    with pytest.raises(ValueError, match="not c"):
+        fitted_exponents({1: 1, 2: 10, 3: 11, 4: 50})
+    with pytest.raises(ValueError, match="3 or more"):
+        fitted_exponents({10: 100, 20: 400})
     with pytest.raises(ValueError, match="batch and lengths"):
         memory_by_length(tiny, [], batch=1)

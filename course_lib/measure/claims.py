@@ -100,9 +100,9 @@ _CLAIMS = [
           "Memory grows markedly with input length, through attention and the stored "
           "activations: faster than in proportion (nearer L² than L).",
           "00_welcome",
-          Rule("k, the local growth exponent of the stored activations (memory ∝ length^k from "
-               "the previous length of the sweep to this one; 1: in proportion, 2: quadratic, "
-               "1.5: halfway)", ">=", 1.5),
+          Rule("k, the local growth exponent of the stored activations at this length (the "
+               "log-log slope of the curve c + a·L + b·L² the counts follow; 1: in proportion, "
+               "2: quadratic, 1.5: halfway)", ">=", 1.5),
           Condition("length", "tokens", why="every layer stores L × width numbers per review "
                                             "plus, with attention as written, heads × L² scores: "
                                             "the L² term wins once L is large against the width. "

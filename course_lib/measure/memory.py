@@ -20,7 +20,7 @@ from course_lib.core.optimizers import STATE_PER_ELEMENT
 from course_lib.core.precision import autocast
 
 __all__ = ["saved_activation_bytes", "parameter_state_bytes", "growth_exponent", "memory_by_width",
-           "memory_by_length", "local_exponents"]
+           "memory_by_length", "fitted_exponents"]
 
 
 def saved_activation_bytes(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *,
@@ -139,12 +139,26 @@ def memory_by_length(model_or_cfg, lengths, *, batch: int) -> dict[int, int]:
     return out
 
 
-def local_exponents(bytes_by_length: dict[int, int]) -> dict[int, float]:
-    """``k`` in ``memory ∝ length^k`` between each length and the previous one (keyed by the
-    larger): the growth's local slope on a log-log plot."""
+def fitted_exponents(bytes_by_length: dict[int, int]) -> dict[int, float]:
+    """``k`` in ``memory ∝ length^k`` at each length, from the curve the counts follow: a forward
+    pass saves ``c + a·L + b·L²`` bytes at length ``L`` (a term per token, the ``L × L`` scores
+    of attention as written, a constant), so the counts fix ``a``, ``b`` and ``c``, and the local
+    exponent is ``d ln M / d ln L = (a·L + 2·b·L²) / (c + a·L + b·L²)``: 1 for linear growth, 2
+    for quadratic. (A secant between two lengths mixes the two ends: from 256 to 512 tokens it
+    reads the growth below 512.) Needs 3 lengths or more; counts off that curve are refused."""
+    import numpy as np
+
     ls = sorted(bytes_by_length)
-    return {b: growth_exponent(bytes_by_length[a], bytes_by_length[b], length_small=a,
-                               length_large=b) for a, b in zip(ls, ls[1:])}
+    if len(ls) < 3 or ls[0] < 1:
+        raise ValueError(f"need 3 or more positive lengths, got {ls}")
+    x = np.array(ls, dtype=np.float64)
+    y = np.array([bytes_by_length[n] for n in ls], dtype=np.float64)
+    design = np.stack([np.ones_like(x), x, x * x], axis=1)
+    (c, a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
+    if np.abs(design @ np.array([c, a, b]) - y).max() > 1e-6 * y.max():
+        raise ValueError("these counts are not c + a·L + b·L² (exact counts of a forward pass "
+                         "are; a measured peak is not)")
+    return {n: float((a * n + 2 * b * n * n) / (c + a * n + b * n * n)) for n in ls}
 
 
 def memory_per_parameter(name: str, *, precision: str = "fp32") -> dict[str, int]:

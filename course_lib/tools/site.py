@@ -78,8 +78,9 @@ def mathjax_files() -> Path:
 
 
 def lesson_table(readme: str) -> dict[str, tuple[str, str]]:
-    """``{number: (title, what you measure)}`` from the README's lessons table (one source)."""
-    rows = re.findall(r"^\| (\d\d) \| ([^|]+) \| ([^|]+) \|$", readme, flags=re.M)
+    """``{number: (title, what you measure)}`` from the README's lessons table (one source;
+    columns after the third, such as the reading time, are not the site's)."""
+    rows = re.findall(r"^\| (\d\d) \| ([^|]+) \| ([^|]+) \|.*$", readme, flags=re.M)
     return {n: (t.strip(), m.strip()) for n, t, m in rows}
 
 
