@@ -127,13 +127,20 @@ def test_two_ranks_match_one_process_and_accumulation(tmp_path, monkeypatch):
     assert ddp["losses"] == pytest.approx(big["losses"], abs=1e-5)
 
 
-def test_one_process_run_matches_a_plain_torch_loop():
+@pytest.mark.parametrize("flags", [None, {"avx512_bf16", "amx_bf16"}])
+def test_one_process_run_matches_a_plain_torch_loop(flags, monkeypatch):
     # The reference for the DDP check, written without the course's loop: the same batches,
-    # model and seed, SGD with gradient clipping, step by step.
+    # model and seed, SGD with gradient clipping, step by step, in FP32. A CPU with bf16
+    # instructions (flags faked) still trains the worker in FP32: the check compares like
+    # with like.
+    from course_lib.core import device as D
     from course_lib.core.model import build_model
+    if flags is not None:
+        monkeypatch.setattr(D, "cpu_flags", lambda: set(flags))
     cfg = WorkerConfig(**{**DRY_RUN, "steps": 4, "optimizer": "sgd", "lr": 0.1, "threads": 1,
                           "batch_size": 8})
     got = run_training(cfg)
+    assert got["precision"] == "float32"
     corpus = load_corpus(scale=cfg.data_scale)
     loader = rank_loader(corpus.train, cfg, rank=0, world_size=1)
     loader.sampler.set_epoch(0)

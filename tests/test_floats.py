@@ -199,7 +199,6 @@ def test_the_accumulator_probe_separates_the_hypotheses_against_fp64():
                                           generator=torch.Generator().manual_seed(0))
     e = probe["error_in_steps"]
     assert e["fp32 accumulator"] <= 0.5 < e["fp16 pairwise sum"] < e["fp16 running sum"]
-    assert probe["matches"]["fp16 running sum"] < 4
-    assert 0 <= probe["matches"]["fp32 accumulator"] <= 4 and probe["trials"] == 4
+    assert probe["matches"]["fp16 running sum"] < 4 and probe["trials"] == 4
     with pytest.raises(ValueError, match="n must be"):
         float_torch.accumulator_probe(n=1, generator=torch.Generator())

@@ -1,4 +1,4 @@
-"""Tests of course_lib.quant.int8: the quantizer's guarantees and the int8 model paths."""
+"""Tests of course_lib.quant: the quantizer (int8) and the int8 model paths (dynamic)."""
 from __future__ import annotations
 
 import warnings

@@ -201,3 +201,28 @@ def test_accumulation_constant_rate_and_a_step_context(corpus):
         TrainConfig(accum=0).validate()
     with pytest.raises(ValueError, match="schedule must be one of"):
         TrainConfig(schedule="linear").validate()
+
+
+def test_a_sampler_that_yields_fewer_batches_than_it_said_and_set_epoch_on_request(corpus):
+    """A token-budget sampler's batch count can change per epoch: the loop follows the batches
+    (no StopIteration). ``set_epoch`` reaches a sampler only when asked (DDP's worker asks)."""
+    batches = [b for _, b in zip(range(3), make_loader(corpus.train, batch_size=4, seed=0))]
+
+    class Shrinking:
+        def __init__(self):
+            self.sampler, self.epochs = self, []
+
+        def set_epoch(self, epoch):
+            self.epochs.append(epoch)
+
+        def __len__(self):
+            return 4                     # says 4, yields 3
+
+        def __iter__(self):
+            return iter(batches)
+
+    loader = Shrinking()
+    h = train(small(corpus), loader, cfg=TrainConfig(epochs=2), progress=False)
+    assert len(h.step_loss) == 6 and loader.epochs == []
+    train(small(corpus), loader, cfg=TrainConfig(epochs=2), set_epoch=True, progress=False)
+    assert loader.epochs == [0, 1]

@@ -38,7 +38,7 @@ __all__ = ["OPTIMIZERS", "IMPLEMENTATIONS", "STATE_PER_ELEMENT", "check_hyperpar
            "state_bytes"]
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor", "lamb")
-IMPLEMENTATIONS = ("for_loop", "foreach", "fused")
+IMPLEMENTATIONS = ("default", "for_loop", "foreach", "fused")
 # FP32 state values kept per parameter element (Adafactor's depend on the shapes: state_values)
 STATE_PER_ELEMENT = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
 
@@ -141,13 +141,15 @@ def adamw(model: nn.Module, *, lr: float, weight_decay: float = 0.01) -> torch.o
 
 def make_optimizer(name: str, params: Iterable, *, lr: float, weight_decay: float = 0.0,
                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                   momentum: float = 0.9, implementation: str = "for_loop"
+                   momentum: float = 0.9, implementation: str = "default"
                    ) -> torch.optim.Optimizer:
     """One of ``OPTIMIZERS``, built with a named kernel implementation.
 
-    ``implementation``: ``for_loop`` (one small kernel per parameter tensor), ``foreach``
-    (multi-tensor kernels over the whole list) or ``fused`` (one fused kernel; torch has it for
-    SGD, Adam and AdamW). Our ``Lamb`` has the for-loop form only, Adafactor no fused form.
+    ``implementation``: ``default`` (torch's own choice: multi-tensor kernels when every
+    parameter is on a GPU, the for-loop on a CPU), ``for_loop`` (one small kernel per parameter
+    tensor), ``foreach`` (multi-tensor kernels over the whole list) or ``fused`` (one fused
+    kernel; torch has it for SGD, Adam and AdamW). Our ``Lamb`` has the for-loop form only,
+    Adafactor no fused form.
     ``adam`` applies ``weight_decay`` as coupled L2, ``adamw`` and ``adafactor`` as decoupled
     decay. ``params`` may be ``param_groups``: a group's own ``weight_decay`` wins.
     """
@@ -160,16 +162,17 @@ def make_optimizer(name: str, params: Iterable, *, lr: float, weight_decay: floa
     if not 0.0 <= momentum < 1.0:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
     if name == "lamb":
-        if implementation != "for_loop":
-            raise ValueError(f"implementation must be 'for_loop' for lamb, got {implementation!r}")
+        if implementation not in ("default", "for_loop"):
+            raise ValueError("implementation must be 'default' or 'for_loop' for lamb, "
+                             f"got {implementation!r}")
         return Lamb(params, lr=lr, betas=betas, eps=max(eps, 1e-6), weight_decay=weight_decay)
     if name == "adafactor":
         if implementation == "fused":
-            raise ValueError("implementation must be 'for_loop' or 'foreach' for adafactor, "
-                             "got 'fused'")
-        return torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay,
-                                     foreach=implementation == "foreach")
-    impl = {"for_loop": dict(foreach=False), "foreach": dict(foreach=True),
+            raise ValueError("implementation must be 'default', 'for_loop' or 'foreach' for "
+                             "adafactor (torch has no fused Adafactor), got 'fused'")
+        foreach = None if implementation == "default" else implementation == "foreach"
+        return torch.optim.Adafactor(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+    impl = {"default": {}, "for_loop": dict(foreach=False), "foreach": dict(foreach=True),
             "fused": dict(fused=True)}[implementation]
     if name in ("sgd", "sgd_momentum"):
         return torch.optim.SGD(params, lr=lr, momentum=momentum if name == "sgd_momentum" else 0.0,

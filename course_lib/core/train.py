@@ -1,8 +1,9 @@
 """The course's one training step and the one loop around it.
 
-``train_step`` is the only step in the course: ``train`` calls it, and so do the DDP worker
-(``distributed.ddp``), the timed steps of ``make_step_fn`` (lessons 04, 13, 14) and every
-other place that updates weights. In the order nanoGPT's loop and PyTorch's AMP recipe use:
+``train_step`` is the only step in the course: ``train`` calls it (and ``train`` is the only
+loop: the lessons' models, the decoders of lesson 16, the DDP worker, the sharding runs), and so
+do the timed steps of ``make_step_fn`` (lessons 04, 13, 14) and every other place that updates
+weights. In the order nanoGPT's loop and PyTorch's AMP recipe use:
 
 1. zero the gradients;
 2. for each micro-batch (one, or several for gradient accumulation): the forward pass and loss
@@ -121,8 +122,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if not 0 < self.lr < 1:
-            raise ValueError(f"lr must be in (0, 1), got {self.lr}")
+        if not 0 < self.lr <= 1:
+            raise ValueError(f"lr must be in (0, 1], got {self.lr}")
         if not 0 <= self.warmup_frac < 1:
             raise ValueError(f"warmup_frac must be in [0, 1), got {self.warmup_frac}")
         check_task(self.task)
@@ -168,7 +169,7 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
           max_steps: int | None = None, inject_inf_at: Iterable[int] = (),
           no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
           step_context: Callable[[int], contextlib.AbstractContextManager] | None = None,
-          progress: bool = True, desc: str = "training") -> History:
+          set_epoch: bool = False, progress: bool = True, desc: str = "training") -> History:
     """Train ``model`` in place and return its history: the course's one loop around the one
     step (``train_step``), ``cfg.accum`` batches of ``loader`` per step.
 
@@ -177,8 +178,11 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
     FP32 everywhere. ``inject_inf_at``: step numbers whose gradients get an inf (lesson 04
     watches the scaler skip them). ``no_sync``: DDP's ``no_sync`` (the ranks all-reduce once per
     step, in its last backward). ``step_context(step)``: a context the step runs in (lesson 09
-    counts the collectives of one step). A loader whose sampler has ``set_epoch`` (DDP's
-    ``DistributedSampler``) is given each epoch's number, so every epoch is shuffled anew. The
+    counts the collectives of one step). ``set_epoch``: give the loader's sampler each epoch's
+    number (DDP's ``DistributedSampler`` shuffles anew per epoch that way, the same on every
+    rank); off, a sampler keeps drawing from its own generator. Batches left over at the end of
+    an epoch (fewer than ``accum``) are dropped. ``History.step_seconds`` times each step from
+    its batches' move to the device to the optimizer's update (loading them is not in it). The
     learning-rate schedule advances only on steps the optimizer took: a step the scaler
     skipped leaves it where it was."""
     cfg.validate()
@@ -207,20 +211,27 @@ def train(model: nn.Module, loader, *, cfg: TrainConfig = TrainConfig(),
         bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
         for epoch in range(cfg.epochs):
             model.train()
-            for sampler in (getattr(loader, "sampler", None),
-                            getattr(loader, "batch_sampler", None)):
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(epoch)
-            t0, losses, batches = time.perf_counter(), [], iter(loader)
-            for _ in range(min(per_epoch, total - step)):
+            if set_epoch:   # DistributedSampler: the same new shuffle on every rank
+                for sampler in (getattr(loader, "sampler", None),
+                                getattr(loader, "batch_sampler", None)):
+                    if hasattr(sampler, "set_epoch"):
+                        sampler.set_epoch(epoch)
+            t0, losses, micro = time.perf_counter(), [], []
+            for batch in loader:   # a sampler may yield more or fewer batches than len() said
+                if step >= total:
+                    break
+                micro.append(batch)
+                if len(micro) < cfg.accum:
+                    continue
                 synchronize(device)
                 t_step = time.perf_counter()
-                micro = [to_device(next(batches), device) for _ in range(cfg.accum)]
+                micro = [to_device(b, device) for b in micro]
                 with step_context(step) if step_context is not None else contextlib.nullcontext():
                     value, skipped = train_step(
                         model, micro if cfg.accum > 1 else micro[0], opt, device=device,
                         dtype=autocast_dtype, loss_fn=loss_fn, scaler=scaler,
                         grad_clip=cfg.grad_clip, inject_inf=step in inject, no_sync=no_sync)
+                micro = []
                 if not skipped:   # a skipped step did not call opt.step(): keep the schedule
                     sched.step()
                 synchronize(device)

@@ -170,11 +170,13 @@ def _train(cfg: WorkerConfig, rank: int, world_size: int, device: torch.device) 
                  world_size=world_size)
 
     # the course's one loop; on GPUs the ranks train in the course's 16-bit format (bf16, or
-    # fp16 with a scaler on a T4); DDP all-reduces once per step, in the last micro-batch's
-    # backward (the others run under no_sync)
+    # fp16 with a scaler on a T4), on a CPU in FP32 whatever its instructions, so that the
+    # equivalence check compares like with like; DDP all-reduces once per step, in the last
+    # micro-batch's backward (the others run under no_sync)
+    mixed = training_autocast(device) if device.type == "cuda" else None
     hist = train(net, loader, cfg=train_cfg, device=device, optimizer=opt, max_steps=cfg.steps,
-                 no_sync=net.no_sync if ddp else None, callback=log, progress=False)
-    mixed = training_autocast(device)
+                 autocast_dtype=mixed, no_sync=net.no_sync if ddp else None, callback=log,
+                 set_epoch=True, progress=False)
     losses, times = hist.step_loss, hist.step_seconds
     params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     loss_t = torch.tensor(losses, device=device)

@@ -145,7 +145,8 @@ def fitted_exponents(bytes_by_length: dict[int, int]) -> dict[int, float]:
     of attention as written, a constant), so the counts fix ``a``, ``b`` and ``c``, and the local
     exponent is ``d ln M / d ln L = (a·L + 2·b·L²) / (c + a·L + b·L²)``: 1 for linear growth, 2
     for quadratic. (A secant between two lengths mixes the two ends: from 256 to 512 tokens it
-    reads the growth below 512.) Needs 3 lengths or more; counts off that curve are refused."""
+    reads the growth below 512.) Needs 3 lengths or more; with more than 3, counts off that
+    curve are refused (3 counts fix the curve whatever they are)."""
     import numpy as np
 
     ls = sorted(bytes_by_length)

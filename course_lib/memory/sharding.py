@@ -184,9 +184,9 @@ def train_rank(cfg: ShardConfig, *, rank: int, world_size: int) -> dict:
         net = model
     else:
         net = DDP(model)
-    # the course's optimizer rule (decay on the weight matrices only) for every strategy; ZeRO-1
-    # shards the state of the same optimizer class with the same groups
-    groups = param_groups(net, weight_decay=0.01)
+    # the course's optimizer rule for every strategy: AdamW decays the weight matrices only, the
+    # others nothing (torch's defaults); ZeRO-1 shards the state of the same class and groups
+    groups = param_groups(net, weight_decay=0.01 if s.optimizer == "adamw" else 0.0)
     if cfg.strategy == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         cls, options = optimizer_class(s.optimizer)

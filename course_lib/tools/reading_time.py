@@ -2,7 +2,7 @@
 
     python -m course_lib.tools.reading_time                  # every lesson, from notebooks/
     python -m course_lib.tools.reading_time build/notebooks  # executed: printed prose counts too
-    python -m course_lib.tools.reading_time --markdown       # the column of README's lesson table
+    python -m course_lib.tools.reading_time --markdown       # the same as a Markdown table
 
 A lesson's *core path* is every cell before its "Evidence and fine print" heading (the whole
 lesson where it has none); the course asks that it reads in at most 30 minutes. The estimate,
@@ -14,7 +14,8 @@ stated so that it can be argued with:
 * code at 20 lines a minute (3 seconds a line: most cells are short calls into the library):
   every non-blank line of a code cell, comments included (a cell a learner only runs is still
   read once);
-* figures at 30 seconds each (an executed notebook's images; a widget's figure counts once).
+* figures at 30 seconds each (an executed notebook's images; a widget's figure lives in the
+  widget's state, not in the cell's outputs, and is not counted).
 
 Hidden prose cells (``jupyter.source_hidden``, the cells that print a paragraph) count only
 through their printed words: their source is not shown.

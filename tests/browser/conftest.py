@@ -1,4 +1,5 @@
-"""Fixtures for the browser tests: one JupyterLab server and one headless Chromium per session.
+"""Fixtures for the browser tests: one JupyterLab server and one headless Chromium per pytest
+session, that is per xdist worker (``make test-browser`` runs two).
 
 The server runs on 127.0.0.1 on a free port with a random token, and with its own config,
 data, runtime, IPython, settings and workspace folders, so nothing of the user's set-up (or

@@ -278,11 +278,18 @@ def drive_widget(page, box) -> tuple[str, float]:
 
 
 def record_widget_times(shots_dir: Path, stem: str, rows: list[dict]) -> None:
-    """Merge this lesson's widget response times into ``widget_times.json``."""
+    """Merge this lesson's widget response times into ``widget_times.json``, under a lock: two
+    workers finish lessons at the same time."""
+    import fcntl
+
     path = shots_dir / "widget_times.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[stem] = rows
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    with open(shots_dir / "widget_times.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[stem] = rows
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)
 
 
 @pytest.mark.timeout(600)
